@@ -1,0 +1,38 @@
+"""compatshim: run Composer's ``DataSpec(device_transforms=fn)`` on the device again (0.25.0–0.32.1).
+
+Usage, at the top of the training script (on every rank)::
+
+    import compatshim
+    compatshim.enable()               # stage='batch': whole batch moved, fn once, then split
+    compatshim.enable(stage='microbatch')  # or: each microbatch moved, then fn
+
+Importing this package patches nothing and imports neither torch nor Composer.
+"""
+
+from compatshim._api import ShimStatus, Verdict, disable, enable, enabled, status
+from compatshim._stages import STAGES
+from compatshim.errors import (
+    CompatShimError,
+    CompatShimWarning,
+    ComposerNotInstalledError,
+    UnexpectedComposerShapeError,
+    UnsupportedComposerWarning,
+)
+
+__version__ = '0.1.0'
+
+__all__ = [
+    'STAGES',
+    'CompatShimError',
+    'CompatShimWarning',
+    'ComposerNotInstalledError',
+    'ShimStatus',
+    'UnexpectedComposerShapeError',
+    'UnsupportedComposerWarning',
+    'Verdict',
+    '__version__',
+    'disable',
+    'enable',
+    'enabled',
+    'status',
+]

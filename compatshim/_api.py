@@ -1,0 +1,201 @@
+"""``enable()``, ``disable()``, ``status()`` and the ``enabled()`` context manager."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import importlib.metadata
+import warnings
+from typing import Iterator, Optional
+
+from packaging.version import InvalidVersion, Version
+
+from compatshim import _registry, _stages
+from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of
+from compatshim.errors import ComposerNotInstalledError, UnsupportedComposerWarning
+
+__all__ = ['ShimStatus', 'Verdict', 'disable', 'enable', 'enabled', 'status']
+
+
+class Verdict(str, enum.Enum):
+    """What the shim makes of the installed Composer."""
+
+    NOT_INSTALLED = 'not installed'
+    #: ≤ 0.24.x: runs ``device_transforms`` on the device itself; nothing to patch.
+    UNAFFECTED = 'unaffected'
+    #: In the support table, but ``enable()`` has not run (or ``disable()`` ran since).
+    AFFECTED = 'affected'
+    PATCHED = 'patched'
+    #: Newer than the support table, or a dev build: not patched unless opted in.
+    UNSUPPORTED = 'unsupported'
+
+
+@dataclasses.dataclass(frozen=True)
+class ShimStatus:
+    """A snapshot of the shim's state.
+
+    Attributes:
+        composer_version: The installed ``mosaicml`` version, or ``None``.
+        torch_version: The installed ``torch`` version, or ``None``.
+        verdict: See :class:`Verdict`.
+        family: How this release treats ``device_transforms`` (``'host'``, ``'dropped'``, ``'rejected'``), or
+            ``None`` when unaffected, not installed, or unsupported and not opted in.
+        stage: The default stage while patched, else ``None``.
+        patches: Dotted names of the attributes currently patched.
+        detail: One sentence for people.
+    """
+
+    composer_version: Optional[str]
+    torch_version: Optional[str]
+    verdict: Verdict
+    family: Optional[str]
+    stage: Optional[str]
+    patches: tuple[str, ...]
+    detail: str
+
+
+# The family the active patches were made for (an opted-in untested release has none in the table).
+_patched_family: Optional[Family] = None
+
+
+def _installed(distribution: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _parse(version: str) -> Optional[Version]:
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return None
+
+
+def status() -> ShimStatus:
+    """Report the installed versions, the verdict, the stage and the patches applied. Imports nothing heavy."""
+    composer, torch = _installed('mosaicml'), _installed('torch')
+    patches = _registry.patched_targets()
+    stage = _stages.current_default()
+    parsed = None if composer is None else _parse(composer)
+    table_family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
+    if composer is None:
+        verdict, family, detail = Verdict.NOT_INSTALLED, None, 'Composer (mosaicml) is not installed.'
+    elif _stages.is_active():
+        verdict, family = Verdict.PATCHED, _patched_family
+        detail = f'Composer {composer} is patched: device_transforms runs on the device, stage {stage!r} by default.'
+    elif parsed is not None and parsed in UNAFFECTED:
+        verdict, family = Verdict.UNAFFECTED, None
+        detail = f'Composer {composer} runs device_transforms on the device itself; nothing to patch.'
+    elif table_family is not None:
+        verdict, family = Verdict.AFFECTED, table_family
+        detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
+    else:
+        verdict, family = Verdict.UNSUPPORTED, None
+        detail = (
+            f'Composer {composer} is outside the support table ({AFFECTED}); nothing is patched unless '
+            'enable(allow_untested=True) finds the shape the shim knows.'
+        )
+    return ShimStatus(composer, torch, verdict, None if family is None else family.value, stage, patches, detail)
+
+
+def enable(stage: str = 'batch', *, allow_untested: bool = False) -> ShimStatus:
+    """Make ``DataSpec(device_transforms=fn)`` run ``fn`` on the device again, on the installed Composer.
+
+    Idempotent and thread-safe. Calling it again while enabled only changes the default stage (from the next
+    batch on). Works before or after ``import composer``. DataSpecs built *before* ``enable()`` keep Composer's own
+    behaviour: build them after it (call ``enable()`` at the top of the training script, on every rank).
+
+    Args:
+        stage: ``'batch'`` (default): move the whole batch, run ``fn`` once on it, then split into microbatches —
+            coherent, the 0.24.1 behaviour. ``'microbatch'``: move each microbatch, then run ``fn`` on it — one
+            microbatch on the device at a time. A DataSpec's own ``data_transfer_stage=`` wins over this.
+        allow_untested: Patch a Composer newer than the support table (or a dev build) if, and only if, every patch
+            target has the shape of a known family. Without it such releases get a warning and no patch.
+
+    Returns:
+        The :func:`status` after enabling.
+
+    Raises:
+        ValueError: ``stage`` is not one of ``'batch'``, ``'microbatch'``.
+        ComposerNotInstalledError: No ``mosaicml`` distribution is installed.
+        UnexpectedComposerShapeError: A patch target does not look as expected. Nothing was patched.
+    """
+    global _patched_family
+    valid_stage = _stages.validate_stage(stage)
+    with _stages.api_lock():
+        composer = _installed('mosaicml')
+        if composer is None:
+            raise ComposerNotInstalledError(
+                'compatshim: Composer is not installed (no "mosaicml" distribution in this environment), so there is '
+                f'nothing to patch. Install a supported release ({AFFECTED}) or drop the enable() call.',
+            )
+        if _stages.is_active():
+            _stages.set_active(valid_stage)
+            return status()
+        parsed = _parse(composer)
+        if parsed is not None and parsed in UNAFFECTED:
+            return status()
+        family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
+        if family is None and not allow_untested:
+            warnings.warn(
+                f'compatshim: Composer {composer} is outside the support table ({AFFECTED}); nothing was patched. '
+                'Pass enable(allow_untested=True) to patch it if its code still has a known shape, or use a '
+                'supported release.',
+                UnsupportedComposerWarning,
+                stacklevel=2,
+            )
+            return status()
+        _patched_family = _instrument(family, composer)
+        _stages.set_active(valid_stage)
+        return status()
+
+
+def _instrument(family: Optional[Family], version: str) -> Family:
+    from composer.core.data_spec import DataSpec  # noqa: PLC0415 (heavy: only when patching)
+    from composer.trainer.trainer import Trainer  # noqa: PLC0415
+
+    from compatshim._shape import check_shape, detect_family  # noqa: PLC0415
+    from compatshim.patches import data_spec, trainer  # noqa: PLC0415
+
+    if family is None:
+        family = detect_family(DataSpec, Trainer, version)
+    check_shape(family, DataSpec, Trainer, version)
+    try:
+        data_spec.instrument(DataSpec, family)
+        trainer.instrument(Trainer)
+    except BaseException:
+        _registry.restore_all()
+        raise
+    return family
+
+
+def disable() -> ShimStatus:
+    """Restore every patched attribute exactly; a no-op when not enabled. Thread-safe.
+
+    DataSpecs built while enabled then run ``device_transforms`` at batch level before the move (on the host),
+    with a :class:`~compatshim.errors.CompatShimWarning`, as Composer 0.25 did.
+    """
+    global _patched_family
+    with _stages.api_lock():
+        _registry.restore_all()
+        _stages.set_active(None)
+        _patched_family = None
+        return status()
+
+
+@contextlib.contextmanager
+def enabled(stage: str = 'batch', *, allow_untested: bool = False) -> Iterator[ShimStatus]:
+    """``with compatshim.enabled(...):`` — enable for the block, then return to the state before it."""
+    with _stages.api_lock():
+        previous = _stages.current_default()
+        shim_status = enable(stage, allow_untested=allow_untested)
+    try:
+        yield shim_status
+    finally:
+        with _stages.api_lock():
+            if previous is None:
+                disable()
+            else:
+                _stages.set_active(previous)

@@ -1,0 +1,93 @@
+"""Which Composer loop is running on this thread, and on which device.
+
+The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
+trainer's own ``Device``. The loop patches (``patches/trainer.py``) push a frame for the duration of a train, eval or
+predict loop, and the transforms read the innermost one. Eval inside ``fit`` nests a frame inside the train frame.
+
+On 0.25–0.26, which have no per-microbatch transform hook, stage ``microbatch`` *arms* the frame: for the rest of the
+loop, each move made by that trainer's device is followed by the transform. The interposer lives on the device
+instance only while the arming frame is open, and is removed exactly when it closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ['LoopFrame', 'current_frame', 'loop_frame']
+
+Batch = Any
+
+_local = threading.local()
+_MISSING = object()
+
+
+@dataclasses.dataclass(eq=False)
+class LoopFrame:
+    """One running loop: the trainer's device, the mode, and (0.25–0.26, stage microbatch) the armed transform."""
+
+    device: Any
+    mode: str  # 'train' | 'eval' | 'predict'
+    armed: Optional[Callable[[Batch], Batch]] = None
+    _saved_attr: Any = _MISSING  # the device's own instance attribute ``batch_to_device``, if it had one
+    _installed: bool = False
+
+    def arm(self, transform: Callable[[Batch], Batch]) -> None:
+        """Run ``transform`` after every move this frame's device makes until the frame closes."""
+        self.armed = transform
+        if not isinstance(vars(self.device).get('batch_to_device'), _MoveThenTransform):
+            self._saved_attr = vars(self.device).get('batch_to_device', _MISSING)
+            self.device.batch_to_device = _MoveThenTransform(self.device, self.device.batch_to_device)
+            self._installed = True
+
+    def close(self) -> None:
+        if not self._installed:
+            return
+        if self._saved_attr is _MISSING:
+            del self.device.batch_to_device
+        else:
+            self.device.batch_to_device = self._saved_attr
+        self._installed = False
+
+
+class _MoveThenTransform:
+    """Stands in for ``device.batch_to_device`` while a frame is armed: move, then the innermost armed transform."""
+
+    def __init__(self, device: Any, move: Callable[[Batch], Batch]) -> None:
+        self.device = device
+        self.move = move
+
+    def __call__(self, batch: Batch) -> Batch:
+        moved = self.move(batch)
+        frame = current_frame()
+        if frame is not None and frame.device is self.device and frame.armed is not None:
+            return frame.armed(moved)
+        return moved
+
+
+def _stack() -> list[LoopFrame]:
+    stack = getattr(_local, 'stack', None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def current_frame() -> Optional[LoopFrame]:
+    """The innermost running loop on this thread, or ``None`` outside any trainer loop."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def loop_frame(device: Any, mode: str) -> Iterator[LoopFrame]:
+    """Open a frame for one trainer loop; it closes (and un-arms its device) however the loop ends."""
+    frame = LoopFrame(device, mode)
+    stack = _stack()
+    stack.append(frame)
+    try:
+        yield frame
+    finally:
+        stack.remove(frame)
+        frame.close()

@@ -1,0 +1,125 @@
+"""The support table: which Composer releases compatshim knows, and what each needs.
+
+This module is the single source of truth for version gating. The code gates on it, ``tox.ini`` has one env per
+row of :data:`TESTED_RELEASES`, ``matrix/`` has one frozen requirement file per row, and the README's support table
+is generated from it (a test checks that all of them agree). It imports nothing heavy: only :mod:`packaging`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+__all__ = [
+    'AFFECTED',
+    'Family',
+    'FORWARD_COMPAT',
+    'TestedRelease',
+    'TESTED_RELEASES',
+    'UNAFFECTED',
+    'family_of',
+]
+
+#: Releases that run ``device_transforms`` on the device themselves: the shim leaves them alone.
+UNAFFECTED = SpecifierSet('<0.25.0')
+
+#: Releases the shim has read and patches. Anything newer (including dev builds) is refused unless opted in.
+AFFECTED = SpecifierSet('>=0.25.0,<=0.32.1')
+
+
+class Family(str, enum.Enum):
+    """How an affected release treats ``DataSpec(device_transforms=fn)``; each family has its own patch plan."""
+
+    #: 0.25.0–0.26.x: ``fn`` runs at batch level *before* the move (on the host); the move happens per microbatch.
+    HOST = 'host'
+    #: 0.27.0–0.28.x: the deprecated argument is assigned to ``batch_transforms``, then overwritten: never called.
+    DROPPED = 'dropped'
+    #: 0.29.0 and later: the keyword is gone and ``DataSpec`` raises ``TypeError``.
+    REJECTED = 'rejected'
+
+
+_FAMILY_RANGES: tuple[tuple[SpecifierSet, Family], ...] = (
+    (SpecifierSet('>=0.25.0,<0.27.0'), Family.HOST),
+    (SpecifierSet('>=0.27.0,<0.29.0'), Family.DROPPED),
+    (SpecifierSet('>=0.29.0'), Family.REJECTED),
+)
+
+_FAMILY_BEHAVIOUR = {
+    Family.HOST: 'CPU: runs before the batch is moved (train, eval); predict on device',
+    Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
+    Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
+}
+
+
+def family_of(version: str | Version) -> Family | None:
+    """The family of a release by version number alone, or ``None`` for an unaffected one.
+
+    Args:
+        version: A Composer (``mosaicml``) version.
+
+    Returns:
+        The family whose range holds ``version`` (pre-releases included), or ``None`` below 0.25.0.
+    """
+    for spec, family in _FAMILY_RANGES:
+        if spec.contains(version, prereleases=True):
+            return family
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TestedRelease:
+    """One row of the support table: a Composer release the matrix runs, and the torch build it runs on."""
+
+    __test__ = False  # not a pytest test class
+
+    composer: str
+    torch: str
+    torchvision: str
+    #: Composer's own upper pins are overridden (the forward-compat leg).
+    override: bool = False
+
+    @property
+    def env(self) -> str:
+        """The tox env name prefix for this row (``composer0.25.0`` or ``fwd-composer0.32.1-torch2.14.1``)."""
+        if self.override:
+            return f'fwd-composer{self.composer}-torch{self.torch}'
+        return f'composer{self.composer}'
+
+    @property
+    def family(self) -> Family | None:
+        """The row's family, or ``None`` when unaffected."""
+        return family_of(self.composer)
+
+    @property
+    def behaviour(self) -> str:
+        """What the release does with ``device_transforms`` without the shim."""
+        family = self.family
+        return 'on device, once per batch (train, eval, predict)' if family is None else _FAMILY_BEHAVIOUR[family]
+
+    @property
+    def verdict(self) -> str:
+        """What ``enable()`` does on this release."""
+        return 'unaffected: nothing patched' if self.family is None else f'patched ({self.family.value} family)'
+
+
+#: Every release the matrix proves, each on the oldest torch it and its neighbours share (three torch builds in all).
+TESTED_RELEASES: tuple[TestedRelease, ...] = (
+    TestedRelease('0.24.1', '2.4.0', '0.19.0'),
+    TestedRelease('0.25.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.26.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.26.1', '2.4.0', '0.19.0'),
+    TestedRelease('0.27.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.28.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.29.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.30.0', '2.4.0', '0.19.0'),
+    TestedRelease('0.31.0', '2.7.0', '0.22.0'),
+    TestedRelease('0.32.0', '2.7.0', '0.22.0'),
+    TestedRelease('0.32.1', '2.7.0', '0.22.0'),
+    TestedRelease('0.32.1', '2.14.1', '0.29.1', override=True),
+)
+
+#: The forward-compat leg: the newest release on a torch newer than it allows.
+FORWARD_COMPAT = TESTED_RELEASES[-1]

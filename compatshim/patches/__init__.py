@@ -1,0 +1,1 @@
+"""One module per patched Composer target: ``data_spec`` (``DataSpec.__init__``) and ``trainer`` (its loops)."""

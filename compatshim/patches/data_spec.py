@@ -1,0 +1,74 @@
+"""Patch for ``composer.core.data_spec.DataSpec.__init__``.
+
+The wrapper takes ``device_transforms`` (and the shim's own ``data_transfer_stage``) away from Composer, lets
+Composer build the DataSpec without it, then installs :class:`~compatshim._transforms.BatchHook` (and, on 0.27+,
+:class:`~compatshim._transforms.MicrobatchHook`) around the hooks Composer calls. Composer's signature is not restated:
+arguments are bound against the original's own signature.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Optional
+
+from compatshim import _registry, _stages
+from compatshim._support import Family
+from compatshim._transforms import BatchHook, MicrobatchHook
+
+__all__ = ['instrument']
+
+
+def _take_device_transforms(
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Remove ``device_transforms`` from a call, whether passed by keyword or (0.25–0.28) by position."""
+    if 'device_transforms' in kwargs:
+        kwargs = dict(kwargs)
+        return kwargs.pop('device_transforms'), args, kwargs
+    if 'device_transforms' not in signature.parameters:
+        return None, args, kwargs
+    try:
+        bound = signature.bind_partial(None, *args, **kwargs)
+    except TypeError:
+        return None, args, kwargs  # let Composer report its own argument error
+    transform = bound.arguments.pop('device_transforms', None)
+    return transform, bound.args[1:], bound.kwargs
+
+
+def _check_transform(transform: Any) -> None:
+    if transform is not None and not callable(transform):
+        raise TypeError(
+            'compatshim: DataSpec(device_transforms=...) must be a callable that takes a batch and returns the '
+            f'transformed batch (or None); got {type(transform).__name__} {transform!r}',
+        )
+
+
+def _make_init(original: Callable[..., None], family: Family) -> Callable[..., None]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, data_transfer_stage: Optional[str] = None, **kwargs: Any) -> None:
+        stage = None if data_transfer_stage is None else _stages.validate_stage(
+            data_transfer_stage,
+            what='DataSpec data_transfer_stage',
+        )
+        transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
+        _check_transform(transform)
+        original(self, *args, **kwargs)
+        if transform is None:
+            return
+        if family is Family.HOST:
+            self.device_transforms = BatchHook(transform, stage, native=None, has_microbatch_hook=False)
+        else:
+            self.batch_transforms = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True)
+            self.microbatch_transforms = MicrobatchHook(transform, stage, native=self.microbatch_transforms)
+
+    return __init__
+
+
+def instrument(data_spec_cls: type, family: Family) -> None:
+    """Wrap ``DataSpec.__init__`` for ``family``."""
+    _registry.patch(data_spec_cls, '__init__', _make_init(data_spec_cls.__init__, family))

@@ -1,0 +1,33 @@
+"""Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame.
+
+The wrappers add nothing to the loops but a frame (:mod:`compatshim._loop_frames`) naming the trainer's device, so
+that the DataSpec hooks can move a batch through ``state.device.batch_to_device`` as Composer itself does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from compatshim import _loop_frames, _registry
+
+__all__ = ['LOOPS', 'instrument']
+
+#: Trainer method → the mode its frame records.
+LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict': 'predict'}
+
+
+def _make_loop(original: Callable[..., Any], mode: str) -> Callable[..., Any]:
+
+    @functools.wraps(original)
+    def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _loop_frames.loop_frame(self.state.device, mode):
+            return original(self, *args, **kwargs)
+
+    return loop
+
+
+def instrument(trainer_cls: type) -> None:
+    """Wrap each loop of ``trainer_cls`` in a loop frame."""
+    for name, mode in LOOPS.items():
+        _registry.patch(trainer_cls, name, _make_loop(getattr(trainer_cls, name), mode))

@@ -1,0 +1,135 @@
+"""A CPU fake accelerator for Composer, so that device placement is observable on a machine with no GPU.
+
+:class:`FakeAcceleratorDevice` is a Composer ``Device`` (a ``DeviceCPU`` subclass) whose ``tensor_to_device`` returns
+a *copy* of the tensor as a :class:`FakeAcceleratorTensor`. The tag is the tensor's type, not its address, so it
+survives views, slices, ``torch.cat`` and arithmetic, and cannot be fooled by the allocator reusing a freed address.
+``.cpu()`` brings a tensor back to the host as a plain tensor.
+
+Use :func:`placement` to ask where a batch is, on the fake or on a real cuda/mps device::
+
+    from compatshim.testing import FakeAcceleratorDevice, placement
+    trainer = Trainer(..., device=FakeAcceleratorDevice())
+    def probe(batch):
+        assert placement(batch) == 'device'
+        return batch
+
+This module imports torch and Composer; import it only in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from composer.devices import DeviceCPU, DeviceGPU
+
+__all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice', 'is_on_device', 'placement']
+
+
+class FakeAcceleratorTensor(torch.Tensor):
+    """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict] = None) -> Any:
+        if func is torch.Tensor.cpu or func is torch.Tensor.numpy:
+            with torch._C.DisableTorchFunctionSubclass():
+                plain = args[0].clone()
+            return plain if func is torch.Tensor.cpu else plain.numpy()
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+    def __deepcopy__(self, memo: dict) -> 'FakeAcceleratorTensor':  # noqa: D105
+        with torch._C.DisableTorchFunctionSubclass():
+            copy = self.detach().clone()
+        result = copy.as_subclass(FakeAcceleratorTensor)
+        memo[id(self)] = result
+        return result
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # noqa: D105 (pickles as the host tensor it wraps)
+        with torch._C.DisableTorchFunctionSubclass():
+            return (_to_fake, (self.detach().clone(),))
+
+    def __repr__(self, **kwargs: Any) -> str:  # noqa: D105
+        with torch._C.DisableTorchFunctionSubclass():
+            return f'FakeAccelerator{torch.Tensor.__repr__(self)}'
+
+
+def _to_fake(tensor: torch.Tensor) -> torch.Tensor:
+    if isinstance(tensor, FakeAcceleratorTensor):
+        return tensor
+    return tensor.detach().clone().as_subclass(FakeAcceleratorTensor)
+
+
+class FakeAcceleratorDevice(DeviceCPU):
+    """Composer's CPU device, except that batches it moves become :class:`FakeAcceleratorTensor` copies.
+
+    Moving an already-moved tensor is a no-op, as ``.to('cuda')`` is on a cuda tensor. Modules stay plain (the
+    tag marks what was *moved*, which is what placement tests check). It counts the tensors it moved.
+    """
+
+    name = 'fake'
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensors_moved = 0
+
+    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if not isinstance(tensor, FakeAcceleratorTensor):
+            self.tensors_moved += 1
+        return _to_fake(tensor)
+
+
+class FakeAutoMicrobatchDevice(DeviceGPU):
+    """The fake accelerator dressed as a GPU, so that ``device_train_microbatch_size='auto'`` is allowed on CPU.
+
+    Composer only permits ``'auto'`` on a ``DeviceGPU``. This class passes that ``isinstance`` check without touching
+    CUDA: use it with ``precision='fp32'`` and a model that raises ``RuntimeError('CUDA out of memory')`` to drive the
+    out-of-memory retry path.
+    """
+
+    dist_backend = 'gloo'
+    name = 'fake-gpu'
+
+    def __init__(self) -> None:  # noqa: D107 (deliberately skips DeviceGPU.__init__, which needs CUDA)
+        self._device = torch.device('cpu')
+        self.tensors_moved = 0
+
+    def module_to_device(self, module: Any) -> Any:  # noqa: D102
+        return module.to(self._device)
+
+    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if not isinstance(tensor, FakeAcceleratorTensor):
+            self.tensors_moved += 1
+        return _to_fake(tensor)
+
+    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+        pass
+
+
+def is_on_device(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is on an accelerator: the fake one, cuda, or mps."""
+    return isinstance(tensor, FakeAcceleratorTensor) or tensor.device.type in ('cuda', 'mps')
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in _tensors(v)]
+    if isinstance(batch, (list, tuple)):
+        return [t for v in batch for t in _tensors(v)]
+    return []
+
+
+def placement(batch: Any) -> str:
+    """``'device'`` if every tensor in ``batch`` is on an accelerator, ``'host'`` if none is, else ``'mixed'``.
+
+    Nested dicts, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``'empty'``.
+    """
+    tensors = _tensors(batch)
+    if not tensors:
+        return 'empty'
+    on = [is_on_device(t) for t in tensors]
+    return 'device' if all(on) else 'host' if not any(on) else 'mixed'
