@@ -65,9 +65,40 @@ class Recorder(torch.nn.Module):
         return x
 
 
-def model() -> tuple[Any, Recorder]:
+class OOMRecorder(Recorder):
+    """A Recorder that fails like a full GPU (Composer's OOM message) on training microbatches above a size."""
+
+    def __init__(self, oom_above: int) -> None:
+        super().__init__()
+        self.oom_above = oom_above
+        self.ooms = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and len(x) > self.oom_above:
+            self.ooms += 1
+            raise RuntimeError('CUDA out of memory. (simulated by the compatshim tests)')
+        return super().forward(x)
+
+
+def model_with(recorder: Recorder) -> Any:
     from composer.models import ComposerClassifier
 
-    recorder = Recorder()
-    net = torch.nn.Sequential(recorder, torch.nn.Linear(N_FEATURES, 2))
-    return ComposerClassifier(net, num_classes=2), recorder
+    return ComposerClassifier(torch.nn.Sequential(recorder, torch.nn.Linear(N_FEATURES, 2)), num_classes=2)
+
+
+def trainer(device: Any, recorder: Recorder | None = None, **kwargs: Any) -> tuple[Any, Recorder]:
+    """A real Composer Trainer on ``device`` with a recording model; ``kwargs`` go to the Trainer."""
+    from composer import Trainer
+
+    recorder = recorder or Recorder()
+    kwargs.setdefault('seed', 17)
+    kwargs.setdefault('progress_bar', False)
+    kwargs.setdefault('precision', 'fp32')
+    return Trainer(model=model_with(recorder), device=device, **kwargs), recorder
+
+
+def steps(recorder: Recorder, per_step: int) -> list[torch.Tensor]:
+    """The training inputs the model saw, concatenated per optimizer step (``per_step`` forwards each)."""
+    seen = [x for _, x in recorder.seen]
+    assert len(seen) % per_step == 0, f'{len(seen)} forwards do not split into steps of {per_step}'
+    return [torch.cat(seen[i:i + per_step]) for i in range(0, len(seen), per_step)]

@@ -1,0 +1,112 @@
+"""Shared fixtures: the installed release, the device under test, and the shim/control legs.
+
+``COMPATSHIM_TEST_DEVICE`` (set by tox's device factor) picks the device: ``cpu`` runs the CPU fake accelerator
+(:mod:`compatshim.testing`), ``cuda`` and ``mps`` the real ones. Where the chosen accelerator is absent, every test
+marked ``device`` is skipped with that reason; the rest (gating, registry, support table) still run.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import compatshim  # noqa: E402
+from compatshim._support import AFFECTED, Family, family_of  # noqa: E402
+
+COMPOSER = importlib.metadata.version('mosaicml')
+FAMILY = family_of(COMPOSER) if COMPOSER in AFFECTED else None
+IS_AFFECTED = FAMILY is not None
+DEVICE = os.environ.get('COMPATSHIM_TEST_DEVICE', 'cpu')
+
+
+def _device_missing() -> str | None:
+    import torch
+
+    if DEVICE == 'cpu':
+        return None
+    if DEVICE == 'cuda':
+        return None if torch.cuda.is_available() else 'COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False'
+    if DEVICE == 'mps':
+        available = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
+        return None if available else 'COMPATSHIM_TEST_DEVICE=mps, but torch.backends.mps.is_available() is False'
+    return f'unknown COMPATSHIM_TEST_DEVICE={DEVICE!r}; choose cpu, cuda or mps'
+
+
+DEVICE_MISSING = _device_missing()
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    if DEVICE_MISSING is None:
+        return
+    skip = pytest.mark.skip(reason=DEVICE_MISSING)
+    for item in items:
+        if 'device' in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: Any) -> str:
+    return f'compatshim: Composer {COMPOSER} ({FAMILY.value if FAMILY else "unaffected"}), device {DEVICE}'
+
+
+def make_device(auto_microbatching: bool = False) -> Any:
+    """A fresh Composer Device for the device under test."""
+    if DEVICE == 'cpu':
+        from compatshim.testing import FakeAcceleratorDevice, FakeAutoMicrobatchDevice
+
+        return FakeAutoMicrobatchDevice() if auto_microbatching else FakeAcceleratorDevice()
+    if DEVICE == 'cuda':
+        from composer.devices import DeviceGPU
+
+        return DeviceGPU()
+    from composer.devices import DeviceMPS
+
+    return DeviceMPS()
+
+
+def _control_reason() -> str:
+    return {
+        Family.HOST: f'control: Composer {COMPOSER} runs device_transforms on the host',
+        Family.DROPPED: f'control: Composer {COMPOSER} never calls device_transforms',
+        Family.REJECTED: f'control: Composer {COMPOSER} rejects device_transforms with TypeError',
+    }.get(FAMILY, '')  # type: ignore[arg-type]
+
+
+#: Marks a leg run without the shim: it must fail on every affected release, and pass on an unaffected one.
+CONTROL = pytest.mark.xfail(IS_AFFECTED, strict=True, reason=_control_reason(), raises=(AssertionError, TypeError, ValueError))
+
+#: Legs of a placement/coherence test: with the shim (default stage), and the control without it.
+LEGS = [pytest.param('shim', id='shim'), pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control])]
+
+#: Tests of stage "microbatch" only make sense where the shim patches.
+NEEDS_PATCH = pytest.mark.skipif(not IS_AFFECTED, reason=f'Composer {COMPOSER} is unaffected: the shim patches nothing')
+
+
+@pytest.fixture
+def leg(request: Any) -> Iterator[str]:
+    """Enable the shim for the ``shim`` leg (stage from ``request.param``'s companion ``stage`` marker), not for control."""
+    name = request.param
+    marker = request.node.get_closest_marker('stage')
+    stage = marker.args[0] if marker else 'batch'
+    if name == 'shim':
+        compatshim.enable(stage=stage)
+    try:
+        yield name
+    finally:
+        compatshim.disable()
+
+
+@pytest.fixture(autouse=True)
+def _always_disabled_after() -> Iterator[None]:
+    yield
+    compatshim.disable()
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line('markers', 'stage(name): the stage the shim leg enables')
