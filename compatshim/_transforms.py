@@ -23,9 +23,6 @@ __all__ = ['BatchHook', 'MicrobatchHook']
 Batch = Any
 Transform = Callable[[Batch], Batch]
 
-_warned_inactive = False
-
-
 def _identity(batch: Batch) -> Batch:
     return batch
 
@@ -34,10 +31,9 @@ def _stage_of(hook: 'BatchHook | MicrobatchHook') -> Optional[_stages.Stage]:
     return hook.stage or _stages.current_default()
 
 
-def _warn_inactive() -> None:
-    global _warned_inactive
-    if not _warned_inactive:
-        _warned_inactive = True
+def _warn_inactive(hook: 'BatchHook') -> None:
+    if not hook.warned:
+        hook.warned = True
         warnings.warn(
             'compatshim is disabled, but a DataSpec built while it was enabled is in use: its device_transforms now '
             'runs before the batch is moved (on the host). Build DataSpecs after enable(), or re-enable the shim.',
@@ -68,13 +64,14 @@ class BatchHook:
         self.stage = stage
         self.native = native
         self.has_microbatch_hook = has_microbatch_hook
+        self.warned = False  # the disabled-shim warning is given once per DataSpec
 
     def __call__(self, batch: Batch) -> Batch:
         if self.native is not None:
             batch = self.native(batch)
         stage = _stage_of(self)
         if not _stages.is_active():
-            _warn_inactive()
+            _warn_inactive(self)
             return self.transform(batch)
         frame = _loop_frames.current_frame()
         if frame is None:

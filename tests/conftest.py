@@ -23,23 +23,7 @@ from compatshim._support import AFFECTED, Family, family_of  # noqa: E402
 COMPOSER = importlib.metadata.version('mosaicml')
 FAMILY = family_of(COMPOSER) if COMPOSER in AFFECTED else None
 IS_AFFECTED = FAMILY is not None
-DEVICE = os.environ.get('COMPATSHIM_TEST_DEVICE', 'cpu')
-
-
-def _device_missing() -> str | None:
-    import torch
-
-    if DEVICE == 'cpu':
-        return None
-    if DEVICE == 'cuda':
-        return None if torch.cuda.is_available() else 'COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False'
-    if DEVICE == 'mps':
-        available = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
-        return None if available else 'COMPATSHIM_TEST_DEVICE=mps, but torch.backends.mps.is_available() is False'
-    return f'unknown COMPATSHIM_TEST_DEVICE={DEVICE!r}; choose cpu, cuda or mps'
-
-
-DEVICE_MISSING = _device_missing()
+from conftest_device import DEVICE, DEVICE_MISSING, make_device  # noqa: E402,F401 (re-exported to tests)
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -53,21 +37,6 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 def pytest_report_header(config: Any) -> str:
     return f'compatshim: Composer {COMPOSER} ({FAMILY.value if FAMILY else "unaffected"}), device {DEVICE}'
-
-
-def make_device(auto_microbatching: bool = False) -> Any:
-    """A fresh Composer Device for the device under test."""
-    if DEVICE == 'cpu':
-        from compatshim.testing import FakeAcceleratorDevice, FakeAutoMicrobatchDevice
-
-        return FakeAutoMicrobatchDevice() if auto_microbatching else FakeAcceleratorDevice()
-    if DEVICE == 'cuda':
-        from composer.devices import DeviceGPU
-
-        return DeviceGPU()
-    from composer.devices import DeviceMPS
-
-    return DeviceMPS()
 
 
 def _control_reason() -> str:

@@ -1,0 +1,41 @@
+"""The device under test, chosen by ``COMPATSHIM_TEST_DEVICE`` (cpu: the fake accelerator; cuda; mps)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+DEVICE = os.environ.get('COMPATSHIM_TEST_DEVICE', 'cpu')
+
+
+def _device_missing() -> str | None:
+    import torch
+
+    if DEVICE == 'cpu':
+        return None
+    if DEVICE == 'cuda':
+        return None if torch.cuda.is_available() else 'COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False'
+    if DEVICE == 'mps':
+        available = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
+        return None if available else 'COMPATSHIM_TEST_DEVICE=mps, but torch.backends.mps.is_available() is False'
+    return f'unknown COMPATSHIM_TEST_DEVICE={DEVICE!r}; choose cpu, cuda or mps'
+
+
+DEVICE_MISSING = _device_missing()
+
+
+def make_device(auto_microbatching: bool = False) -> Any:
+    """A fresh Composer Device for the device under test."""
+    if DEVICE == 'cpu':
+        from compatshim.testing import FakeAcceleratorDevice, FakeAutoMicrobatchDevice
+
+        return FakeAutoMicrobatchDevice() if auto_microbatching else FakeAcceleratorDevice()
+    if DEVICE == 'cuda':
+        from composer.devices import DeviceGPU
+
+        return DeviceGPU()
+    from composer.devices import DeviceMPS
+
+    return DeviceMPS()
+
+

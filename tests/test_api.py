@@ -1,0 +1,210 @@
+"""enable()/disable()/status(): gating by the support table, idempotence, exact restoration, threads, bad input."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import pytest
+from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH
+from workload import Probe, loader
+
+import compatshim
+from compatshim import _api, _registry
+from compatshim._shape import check_shape, detect_family
+from compatshim._support import Family
+
+
+def _classes() -> tuple[type, type]:
+    from composer.core.data_spec import DataSpec
+    from composer.trainer.trainer import Trainer
+
+    return DataSpec, Trainer
+
+
+def _snapshot() -> list[dict[str, Any]]:
+    return [dict(vars(cls)) for cls in _classes()]
+
+
+def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    return all(x.keys() == y.keys() and all(x[k] is y[k] for k in x) for x, y in zip(a, b))
+
+
+def test_status_before_enable() -> None:
+    s = compatshim.status()
+    assert s.composer_version == COMPOSER and s.patches == () and s.stage is None
+    assert s.verdict is (compatshim.Verdict.AFFECTED if IS_AFFECTED else compatshim.Verdict.UNAFFECTED)
+
+
+def test_enable_verdict_and_patches() -> None:
+    before = _snapshot()
+    s = compatshim.enable()
+    if IS_AFFECTED:
+        assert s.verdict is compatshim.Verdict.PATCHED and s.stage == 'batch' and s.family == FAMILY.value
+        assert any(p.endswith('DataSpec.__init__') for p in s.patches)
+        assert any(p.endswith('Trainer._train_loop') for p in s.patches)
+    else:
+        assert s.verdict is compatshim.Verdict.UNAFFECTED and s.patches == ()
+        assert _same(before, _snapshot()), 'an unaffected release must be left alone'
+
+
+@NEEDS_PATCH
+def test_enable_is_idempotent_and_disable_restores_exactly() -> None:
+    before = _snapshot()
+    first = compatshim.enable()
+    patched = _snapshot()
+    second = compatshim.enable()
+    assert first.patches == second.patches
+    assert _same(patched, _snapshot()), 'a second enable() must not re-wrap anything'
+    assert compatshim.disable().verdict is compatshim.Verdict.AFFECTED
+    assert _same(before, _snapshot()), 'disable() must restore vars() of every patched class exactly'
+    assert compatshim.disable().patches == ()  # disable twice is a no-op
+    compatshim.enable()
+    compatshim.disable()
+    assert _same(before, _snapshot())
+
+
+@NEEDS_PATCH
+def test_two_threads_enable_at_once() -> None:
+    before = _snapshot()
+    barrier = threading.Barrier(2)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            barrier.wait()
+            results.append(compatshim.enable())
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2
+    assert results[0].patches == results[1].patches == _registry.patched_targets()
+    assert len(set(_registry.patched_targets())) == len(_registry.patched_targets())
+    compatshim.disable()
+    assert _same(before, _snapshot())
+
+
+def test_context_manager_restores_previous_state() -> None:
+    with compatshim.enabled(stage='microbatch') as s:
+        assert s.stage == ('microbatch' if IS_AFFECTED else None)
+    assert compatshim.status().patches == ()
+    if IS_AFFECTED:
+        compatshim.enable(stage='batch')
+        with compatshim.enabled(stage='microbatch'):
+            assert compatshim.status().stage == 'microbatch'
+        assert compatshim.status().stage == 'batch'
+
+
+def test_unknown_stage_lists_choices_and_patches_nothing() -> None:
+    with pytest.raises(ValueError, match=r"unknown stage 'device'; choose one of 'batch', 'microbatch'"):
+        compatshim.enable(stage='device')
+    assert compatshim.status().patches == ()
+
+
+@NEEDS_PATCH
+def test_bad_dataspec_arguments() -> None:
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    with pytest.raises(TypeError, match='device_transforms=.*must be a callable.*got int'):
+        DataSpec(loader(8), device_transforms=5)
+    with pytest.raises(ValueError, match="unknown DataSpec data_transfer_stage 'gpu'; choose one of"):
+        DataSpec(loader(8), device_transforms=Probe(), data_transfer_stage='gpu')
+
+
+@NEEDS_PATCH
+def test_positional_device_transforms_where_composer_has_the_parameter() -> None:
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    probe = Probe()
+    if FAMILY is Family.REJECTED:
+        pytest.skip('0.29+ has no positional device_transforms')
+    spec = DataSpec(loader(8), None, None, probe)
+    hook = spec.device_transforms if FAMILY is Family.HOST else spec.batch_transforms
+    assert hook.transform is probe
+
+
+def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_api, '_installed', lambda dist: None)
+    with pytest.raises(compatshim.ComposerNotInstalledError, match='Composer is not installed'):
+        compatshim.enable()
+    assert compatshim.status().verdict is compatshim.Verdict.NOT_INSTALLED
+    assert _registry.patched_targets() == ()
+
+
+def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_api, '_installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    with pytest.warns(compatshim.UnsupportedComposerWarning, match='0.33.0.dev0 is outside the support table'):
+        s = compatshim.enable()
+    assert s.verdict is compatshim.Verdict.UNSUPPORTED and s.patches == ()
+
+
+@NEEDS_PATCH
+def test_untested_release_opt_in_checks_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opted in, the installed code's shape decides the family (here it is the real, known shape)."""
+    monkeypatch.setattr(_api, '_installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        s = compatshim.enable(allow_untested=True)
+    assert s.verdict is compatshim.Verdict.PATCHED and s.family == FAMILY.value
+
+
+def test_shape_mismatch_is_refused() -> None:
+    class NotADataSpec:
+        def __init__(self, dataloader: Any) -> None: ...
+
+    class NotATrainer:
+        def predict(self) -> None: ...
+
+    with pytest.raises(compatshim.UnexpectedComposerShapeError, match='matches none of the shapes'):
+        detect_family(NotADataSpec, NotATrainer, '9.9.9')
+    data_spec, trainer = _classes()
+    if FAMILY is not None:
+        other = Family.HOST if FAMILY is not Family.HOST else Family.REJECTED
+        with pytest.raises(compatshim.UnexpectedComposerShapeError, match='Nothing was patched'):
+            check_shape(other, data_spec, trainer, COMPOSER)
+        check_shape(FAMILY, data_spec, trainer, COMPOSER)
+    assert _registry.patched_targets() == ()
+
+
+def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
+    class Base:
+        def f(self) -> str:
+            return 'base'
+
+    class Child(Base):
+        pass
+
+    before = dict(vars(Child))
+    _registry.patch(Child, 'f', lambda self: 'patched')
+    assert Child().f() == 'patched' and _registry.is_patched(Child, 'f')
+    with pytest.raises(RuntimeError, match='already patched'):
+        _registry.patch(Child, 'f', lambda self: 'twice')
+    _registry.restore_all()
+    assert dict(vars(Child)) == before and 'f' not in vars(Child) and Child().f() == 'base'
+
+
+@NEEDS_PATCH
+def test_disabled_shim_runs_transform_on_host_with_a_warning() -> None:
+    """Documented: after disable(), a DataSpec built while enabled runs device_transforms before the move."""
+    from conftest import make_device
+    from workload import trainer
+
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    probe = Probe()
+    spec = DataSpec(loader(16), device_transforms=probe)
+    compatshim.disable()
+    t, _ = trainer(make_device())
+    with pytest.warns(compatshim.CompatShimWarning, match='runs before the batch is moved'):
+        t.fit(train_dataloader=spec, duration='2ba')
+    assert [c.placement for c in probe.calls] == ['host', 'host']

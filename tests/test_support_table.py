@@ -1,0 +1,70 @@
+"""The support table (compatshim/_support.py) agrees with tox.ini, matrix/ and the README."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from compatshim._support import AFFECTED, TESTED_RELEASES, UNAFFECTED, Family, family_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _expand(spec: str) -> list[str]:
+    """Expand tox's ``a{x,y}-b`` generative names."""
+    match = re.search(r'\{([^}]*)\}', spec)
+    if not match:
+        return [spec]
+    return [n for alt in match.group(1).split(',') for n in _expand(spec[:match.start()] + alt + spec[match.end():])]
+
+
+def _tox() -> configparser.ConfigParser:
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / 'tox.ini')
+    return config
+
+
+def test_tox_env_list_is_the_table_on_cpu() -> None:
+    envs = [e for line in _tox()['tox']['env_list'].split() for e in _expand(line)]
+    assert envs == [f'{row.env}-cpu' for row in TESTED_RELEASES]
+
+
+@pytest.mark.parametrize('device', ['cuda', 'mps'])
+def test_tox_device_labels_cover_the_table(device: str) -> None:
+    labels = {}
+    for line in _tox()['tox']['labels'].strip().splitlines():
+        name, _, value = line.partition('=')
+        labels[name.strip()] = [e for part in value.split(', ') for e in _expand(part.strip())]
+    assert labels[device] == [f'{row.env}-{device}' for row in TESTED_RELEASES]
+
+
+@pytest.mark.parametrize('row', TESTED_RELEASES, ids=lambda r: r.env)
+def test_matrix_file_pins_the_row(row) -> None:
+    text = (ROOT / 'matrix' / f'{row.env}.txt').read_text()
+    for name, version in [('mosaicml', row.composer), ('torch', row.torch), ('torchvision', row.torchvision)]:
+        assert re.search(rf'^{name}=={re.escape(version)}\b', text, re.M), f'{row.env}.txt does not pin {name}=={version}'
+    assert f'matrix/{row.env}.txt' in (ROOT / 'tox.ini').read_text()
+    assert (ROOT / 'matrix' / f'{row.env}.overrides.txt').exists() == row.override
+
+
+@pytest.mark.parametrize('row', TESTED_RELEASES, ids=lambda r: r.env)
+def test_readme_support_table_has_the_row(row) -> None:
+    readme = (ROOT / 'README.md').read_text()
+    assert f'| {row.composer} | {row.torch} | {row.behaviour} | {row.verdict} |' in readme
+
+
+def test_at_most_five_torch_builds() -> None:
+    assert len({row.torch for row in TESTED_RELEASES}) <= 5
+
+
+def test_ranges() -> None:
+    assert family_of('0.24.1') is None and Version('0.24.1') in UNAFFECTED
+    assert family_of('0.25.0') is family_of('0.26.1') is Family.HOST
+    assert family_of('0.27.0') is family_of('0.28.0') is Family.DROPPED
+    assert family_of('0.29.0') is family_of('0.32.1') is Family.REJECTED
+    assert Version('0.32.1') in AFFECTED and Version('0.33.0.dev0') not in AFFECTED
+    assert not AFFECTED.contains('0.32.2')
