@@ -1,0 +1,228 @@
+"""``compatshim doctor``: am I affected, and does the shim fix it here, on my device, now?
+
+Prints the Python, torch and Composer versions, the devices present, the verdict for this release from the support
+table, what ``enable()`` would patch, and a live self-check: a 2-step fit, an eval and a predict on the best device
+present (cuda, mps, else the CPU fake accelerator), with a probe ``device_transforms``, once without the shim and
+once with it. Exit codes: 0 fine (unaffected, or fixed by the shim), 1 affected and not fixed, 2 cannot tell
+(Composer missing, or a release outside the support table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import json
+import platform
+import sys
+import warnings
+from typing import Any, Optional, Sequence
+
+from compatshim import _api
+from compatshim._api import Verdict
+
+__all__ = ['main', 'run']
+
+EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN = 0, 1, 2
+_PATCH_TARGETS = (
+    'composer.core.data_spec.DataSpec.__init__',
+    'composer.trainer.trainer.Trainer._train_loop',
+    'composer.trainer.trainer.Trainer._eval_loop',
+    'composer.trainer.trainer.Trainer.predict',
+)
+
+
+@dataclasses.dataclass
+class Leg:
+    """One self-check run: where the probe saw the batch in each loop, and whether training was coherent."""
+
+    shim: bool
+    train: str = 'not run'
+    eval: str = 'not run'
+    predict: str = 'not run'
+    coherent: Optional[bool] = None
+    error: Optional[str] = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.error is None and self.coherent is True and self.train == self.eval == self.predict == 'device'
+
+
+def _devices() -> dict[str, bool]:
+    import torch
+
+    mps = getattr(torch.backends, 'mps', None)
+    return {'cuda': torch.cuda.is_available(), 'mps': bool(mps and mps.is_available())}
+
+
+def _device(kind: str) -> Any:
+    if kind == 'cuda':
+        from composer.devices import DeviceGPU
+
+        return DeviceGPU()
+    if kind == 'mps':
+        from composer.devices import DeviceMPS
+
+        return DeviceMPS()
+    from compatshim.testing import FakeAcceleratorDevice
+
+    return FakeAcceleratorDevice()
+
+
+def _self_check(kind: str, shim: bool) -> Leg:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from compatshim.testing import placement
+
+    leg = Leg(shim=shim)
+    calls: dict[str, list[str]] = {'train': [], 'eval': [], 'predict': []}
+    draws: list[float] = []
+    seen: list[torch.Tensor] = []
+
+    def probe(mode: str):
+        def transform(batch: Any) -> Any:
+            calls[mode].append(placement(batch))
+            x, y = batch
+            x = x.clone()
+            if mode == 'train':
+                draws.append(float(torch.rand(())))
+                x[:, 0] = draws[-1]
+            return x, y
+
+        return transform
+
+    class Spy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                seen.append(x[:, 0].detach().cpu().clone())
+            return x
+
+    def loader() -> DataLoader:
+        gen = torch.Generator().manual_seed(0)
+        return DataLoader(TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)),
+                          batch_size=8)
+
+    try:
+        from composer import Trainer
+        from composer.core import DataSpec
+        from composer.models import ComposerClassifier
+
+        model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
+        trainer = Trainer(model=model, device=_device(kind), max_duration='2ba', device_train_microbatch_size=4,
+                          train_dataloader=DataSpec(loader(), device_transforms=probe('train')), progress_bar=False,
+                          precision='fp32', seed=0)
+        trainer.fit()
+        trainer.eval(eval_dataloader=DataSpec(loader(), device_transforms=probe('eval')))
+        trainer.predict(DataSpec(loader(), device_transforms=probe('predict')))
+    except Exception as e:  # noqa: BLE001 - the message is the finding (e.g. 0.29+ TypeError without the shim)
+        leg.error = f'{type(e).__name__}: {e}'
+    for mode in calls:
+        found = set(calls[mode])
+        value = 'never called' if not found else found.pop() if len(found) == 1 else 'mixed'
+        setattr(leg, mode, value if leg.error is None or found else 'error')
+    if draws and seen and not leg.error:
+        # Coherent: one draw per step, and every microbatch of the step carries it.
+        leg.coherent = len(draws) == 2 and [float(v) for s in seen for v in s] == [d for d in draws for _ in range(8)]
+    return leg
+
+
+def run(device: Optional[str] = None) -> dict[str, Any]:
+    """Gather the doctor's findings as a JSON-ready dict (see the README for its fields)."""
+    before = _api.status()
+    report: dict[str, Any] = {
+        'python': platform.python_version(),
+        'torch': before.torch_version,
+        'composer': before.composer_version,
+        'devices': {},
+        'verdict': before.verdict.value,
+        'family': before.family,
+        'detail': before.detail,
+        'would_patch': [],
+        'self_check': None,
+        'exit_code': EXIT_UNKNOWN,
+        'summary': '',
+    }
+    if before.composer_version is None or before.torch_version is None:
+        report['summary'] = 'Composer or torch is not installed: nothing to check.'
+        return report
+    present = _devices()
+    kind = device or ('cuda' if present['cuda'] else 'mps' if present['mps'] else 'cpu')
+    report['devices'] = {'cpu': True, **present}
+    if kind != 'cpu' and not present[kind]:
+        report['summary'] = f'--device {kind} was asked for, but torch finds no {kind} device here: cannot tell.'
+        return report
+    if before.verdict is Verdict.UNSUPPORTED:
+        report['summary'] = f'Composer {before.composer_version} is outside the support table: cannot tell.'
+        return report
+    was_active = before.verdict is Verdict.PATCHED
+    if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED):
+        report['would_patch'] = list(_PATCH_TARGETS)
+    quiet = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        warnings.simplefilter('ignore')
+        _api.disable()
+        without = _self_check(kind, shim=False)
+        _api.enable()
+        with_shim = _self_check(kind, shim=True)
+        if not was_active:
+            _api.disable()
+    report['self_check'] = {'device': 'fake accelerator (cpu)' if kind == 'cpu' else kind,
+                            'without_shim': dataclasses.asdict(without), 'with_shim': dataclasses.asdict(with_shim)}
+    if without.fixed:
+        report['exit_code'], report['summary'] = EXIT_OK, 'Unaffected: device_transforms runs on the device.'
+    elif with_shim.fixed:
+        report['exit_code'] = EXIT_OK if was_active else EXIT_AFFECTED
+        report['summary'] = (
+            'Affected; the shim fixes it here'
+            + (' and is enabled.' if was_active else ': add `import compatshim; compatshim.enable()` to your script.')
+        )
+    else:
+        report['exit_code'] = EXIT_AFFECTED
+        report['summary'] = 'Affected, and the shim did NOT fix it here: please report this output.'
+    return report
+
+
+def _text(report: dict[str, Any]) -> str:
+    lines = [
+        'compatshim doctor',
+        f"  Python {report['python']}, torch {report['torch'] or 'not installed'}, "
+        f"Composer {report['composer'] or 'not installed'}",
+    ]
+    if report['devices']:
+        lines.append('  devices: ' + ', '.join(f"{k}: {'yes' if v else 'no'}" for k, v in report['devices'].items()))
+    lines.append(f"  verdict: {report['verdict']}" + (f" ({report['family']} family)" if report['family'] else ''))
+    lines.append(f"  {report['detail']}")
+    if report['would_patch']:
+        lines.append('  enable() patches: ' + ', '.join(t.rsplit('.', 2)[-2] + '.' + t.rsplit('.', 1)[-1]
+                                                      for t in report['would_patch']))
+    check = report['self_check']
+    if check:
+        lines.append(f"  self-check on {check['device']} (2-step fit, eval, predict):")
+        lines.append(f"    {'':14}{'train':14}{'eval':14}{'predict':14}coherent")
+        for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
+            leg = check[key]
+            coherent = {True: 'yes', False: 'no', None: '-'}[leg['coherent']]
+            lines.append(f"    {name:14}{leg['train']:14}{leg['eval']:14}{leg['predict']:14}{coherent}")
+            if leg['error']:
+                lines.append(f"      {leg['error'][:160]}")
+    lines.append(f"  result: {report['summary']} (exit {report['exit_code']})")
+    return '\n'.join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``compatshim doctor`` and ``python -m compatshim doctor``."""
+    parser = argparse.ArgumentParser(prog='compatshim', description='Composer device_transforms compatibility shim.')
+    sub = parser.add_subparsers(dest='command', required=True)
+    doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
+    doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
+    doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
+    args = parser.parse_args(argv)
+    report = run(args.device)
+    print(json.dumps(report, indent=2) if args.json else _text(report))
+    return int(report['exit_code'])
+
+
+if __name__ == '__main__':
+    sys.exit(main())
