@@ -118,10 +118,13 @@ def _self_check(kind: str, shim: bool) -> Leg:
         trainer.predict(DataSpec(loader(), device_transforms=probe('predict')))
     except Exception as e:  # noqa: BLE001 - the message is the finding (e.g. 0.29+ TypeError without the shim)
         leg.error = f'{type(e).__name__}: {e}'
-    for mode in calls:
-        found = set(calls[mode])
-        value = 'never called' if not found else found.pop() if len(found) == 1 else 'mixed'
-        setattr(leg, mode, value if leg.error is None or found else 'error')
+    for mode, placements in calls.items():
+        found = set(placements)
+        if not found:
+            value = 'error' if leg.error else 'never called'
+        else:
+            value = found.pop() if len(found) == 1 else 'mixed'
+        setattr(leg, mode, value)
     if draws and seen and not leg.error:
         # Coherent: one draw per step, and every microbatch of the step carries it.
         leg.coherent = len(draws) == 2 and [float(v) for s in seen for v in s] == [d for d in draws for _ in range(8)]
