@@ -1,7 +1,7 @@
-"""``python -m compatshim doctor``."""
+"""``python -m compatshim doctor|bench|report``."""
 
 import sys
 
-from compatshim.doctor import main
+from compatshim._cli import main
 
 sys.exit(main())

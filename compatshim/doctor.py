@@ -9,11 +9,9 @@ once with it. Exit codes: 0 fine (unaffected, or fixed by the shim), 1 affected 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import io
-import json
 import platform
 import sys
 import warnings
@@ -22,7 +20,7 @@ from typing import Any, Optional, Sequence
 from compatshim import _api
 from compatshim._api import Verdict
 
-__all__ = ['main', 'run']
+__all__ = ['main', 'run', 'text']
 
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN = 0, 1, 2
 _PATCH_TARGETS = (
@@ -187,7 +185,7 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
     return report
 
 
-def _text(report: dict[str, Any]) -> str:
+def text(report: dict[str, Any]) -> str:
     lines = [
         'compatshim doctor',
         f"  Python {report['python']}, torch {report['torch'] or 'not installed'}, "
@@ -215,16 +213,10 @@ def _text(report: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``compatshim doctor`` and ``python -m compatshim doctor``."""
-    parser = argparse.ArgumentParser(prog='compatshim', description='Composer device_transforms compatibility shim.')
-    sub = parser.add_subparsers(dest='command', required=True)
-    doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
-    doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
-    doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
-    args = parser.parse_args(argv)
-    report = run(args.device)
-    print(json.dumps(report, indent=2) if args.json else _text(report))
-    return int(report['exit_code'])
+    """``compatshim doctor ...``: the same as the console script (kept as an entry point)."""
+    from compatshim._cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == '__main__':

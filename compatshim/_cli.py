@@ -1,0 +1,142 @@
+"""The ``compatshim`` command: ``doctor``, ``bench`` and ``report``. Heavy imports happen inside each command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+__all__ = ['main']
+
+EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from compatshim import doctor
+
+    report = doctor.run(args.device)
+    print(json.dumps(report, indent=2) if args.json else doctor.text(report))
+    return int(report['exit_code'])
+
+
+def _summary(result: dict) -> str:
+    lines = [f"{result['env']} ({result['family']}), size {result['fingerprint']['size']['name']}, "
+             f"{result['elapsed_s']:.0f} s" + (f", PLANTED slowdown {result['planted_slowdown']:.0%}"
+                                                  if result['planted_slowdown'] else '')]
+    lines.append(f"  {'leg':18}{'placement':14}{'coherence':34}{'samples/s':>16}")
+    for leg, data in result['legs'].items():
+        if not data['available']:
+            lines.append(f"  {leg:18}n/a: {data['reason']}")
+            continue
+        thr = data['samples_per_s']
+        lines.append(f"  {leg:18}{data['placement']:14}{data['coherence']:34}"
+                     f"{thr['median']:>9.0f} ± {thr['iqr']:<5.0f}")
+    head = result['headline']
+    for metric in ('shim_vs_unpatched', 'shim_microbatch_vs_unpatched', 'shim_vs_no_transform'):
+        if head[metric]['n']:
+            lines.append(f"  {metric:30} {head[metric]['median']:.3f} (IQR {head[metric]['iqr']:.3f})")
+    lines.append(f"  {'shim overhead per batch':30} {head['overhead_us']['median']:.0f} µs "
+                 f"(unpatched, same measure: {head['unpatched_overhead_us']['median']:.0f} µs)")
+    comparison = result.get('comparison')
+    if comparison:
+        lines.append(f"  baseline: {comparison['baseline'] or 'none'} -> worst verdict: {comparison['worst']}")
+        for metric, judgement in comparison['verdicts'].items():
+            if judgement['verdict'] != 'ok':
+                lines.append(f"    {metric}: {judgement['verdict']} ({judgement['reason']})")
+    return '\n'.join(lines)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from compatshim.bench import compare as cmp
+    from compatshim.bench import run
+
+    if args.record and not args.baselines:
+        print('compatshim bench: --record needs --baselines DIR', file=sys.stderr)
+        return EXIT_ERROR
+    if args.record and args.plant_slowdown:
+        print('compatshim bench: a run with --plant-slowdown cannot be recorded as a baseline', file=sys.stderr)
+        return EXIT_ERROR
+    if args.record and not args.replace:
+        existing = cmp.baseline_path(args.baselines, args.device, run.env_name(args.device))
+        if existing.exists():
+            print(f'compatshim bench: a baseline exists at {existing}; pass --replace to overwrite it '
+                  '(nothing was run)', file=sys.stderr)
+            return EXIT_ERROR
+    try:
+        result = run.run(args.device, args.size, plant_slowdown=args.plant_slowdown, progress=sys.stderr)
+    except (ValueError, RuntimeError, ImportError) as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    baseline = cmp.load_baseline(args.baselines, result['device'], result['env']) if args.baselines else None
+    result['comparison'] = cmp.compare(result, baseline)
+    result['comparison']['baseline'] = (
+        str(cmp.baseline_path(args.baselines, result['device'], result['env'])) if baseline else None)
+    code = EXIT_REGRESSION if result['comparison']['worst'] == 'regression' else EXIT_OK
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + '\n')
+    print(_summary(result))
+    if args.record:
+        try:
+            path = cmp.record_baseline(result, args.baselines, replace=args.replace)
+        except (cmp.BaselineExistsError, ValueError) as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_ERROR
+        print(f'  recorded baseline {path}')
+    return code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from compatshim.bench import report
+
+    results = []
+    for name in args.results:
+        try:
+            results.append(json.loads(Path(name).read_text()))
+        except (OSError, ValueError) as exc:
+            print(f'compatshim report: cannot read bench result {name}: {exc}', file=sys.stderr)
+            return EXIT_ERROR
+    written = report.write(results, args.out, png=not args.no_png)
+    print(f"wrote {args.out}/report.md, report.json{'' if args.no_png else ', throughput.png'}: "
+          f"{len(results)} env(s), worst verdict {written['worst']}")
+    return EXIT_REGRESSION if written['worst'] == 'regression' else EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``compatshim`` console script and ``python -m compatshim``."""
+    parser = argparse.ArgumentParser(prog='compatshim', description='Composer device_transforms compatibility shim.')
+    sub = parser.add_subparsers(dest='command', required=True)
+
+    doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
+    doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
+    doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
+    doctor.set_defaults(func=_doctor)
+
+    bench = sub.add_parser('bench', help='measure the legs on this release and compare with a baseline')
+    bench.add_argument('--device', choices=('cpu', 'cuda', 'mps'), default='cpu')
+    bench.add_argument('--size', choices=('tiny', 'cpu', 'gpu'), default=None,
+                       help='workload size (default: cpu on cpu, gpu on cuda/mps)')
+    bench.add_argument('--baselines', metavar='DIR', help='baseline directory (e.g. matrix/baselines)')
+    bench.add_argument('--record', action='store_true', help='record this run as the baseline (never overwrites)')
+    bench.add_argument('--replace', action='store_true', help='with --record: overwrite an existing baseline')
+    bench.add_argument('--out', metavar='FILE', help='write the result (with its comparison) as JSON')
+    bench.add_argument('--plant-slowdown', type=float, default=0.0, metavar='FRACTION',
+                       help='make the transform this much slower in the shim legs (checks the comparison)')
+    bench.set_defaults(func=_bench)
+
+    rep = sub.add_parser('report', help='aggregate bench results into report.md, report.json and throughput.png')
+    rep.add_argument('results', nargs='+', metavar='RESULT.json')
+    rep.add_argument('--out', metavar='DIR', required=True)
+    rep.add_argument('--no-png', action='store_true', help='skip the plot (no matplotlib needed)')
+    rep.set_defaults(func=_report)
+
+    args = parser.parse_args(argv)
+    if args.command == 'bench' and args.size is None:
+        args.size = 'cpu' if args.device == 'cpu' else 'gpu'
+    return int(args.func(args))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

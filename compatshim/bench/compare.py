@@ -1,0 +1,208 @@
+"""Baselines and the noise-aware comparison rule. Imports nothing heavy (no torch), so reports build anywhere.
+
+**The rule**, per metric (every metric here is "higher is better"), from the raw window samples of the current run
+``c`` and of the baseline ``b``:
+
+1. *inconclusive* when there is no baseline, when the metric is an absolute throughput and the machine fingerprints
+   differ (ratios are compared on any machine: both legs of a ratio ran in the same process), when either side has
+   fewer than :data:`MIN_WINDOWS` windows, or when either side's relative spread (IQR / median) exceeds
+   :data:`MAX_SPREAD` (too noisy to judge).
+2. The tolerance is ``max(floor, SPREAD_FACTOR × the larger relative spread)``; ``floor`` is :data:`RATIO_FLOOR` for
+   ratios and :data:`ABSOLUTE_FLOOR` for absolute throughput.
+3. *regression* when the median fell by more than the tolerance **and** the distributions separate: the current
+   upper quartile is below the baseline's lower quartile. *improved* (the baseline is stale: re-record it) in the
+   mirror case. A shift beyond the tolerance without separation is *inconclusive*; anything else is *ok*.
+
+A wrong placement or coherence in a shim leg is a regression whatever the timings say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = [
+    'ABSOLUTE_FLOOR',
+    'BaselineExistsError',
+    'MAX_SPREAD',
+    'MIN_WINDOWS',
+    'RATIO_FLOOR',
+    'SPREAD_FACTOR',
+    'VERDICTS',
+    'Judgement',
+    'baseline_path',
+    'compare',
+    'judge',
+    'load_baseline',
+    'record_baseline',
+]
+
+#: The four verdicts, worst first.
+VERDICTS: tuple[str, ...] = ('regression', 'inconclusive', 'improved', 'ok')
+
+RATIO_FLOOR = 0.03
+ABSOLUTE_FLOOR = 0.05
+SPREAD_FACTOR = 2.0
+MAX_SPREAD = 0.15
+MIN_WINDOWS = 3
+
+#: Headline ratios (each the median of per-round ratios of two legs), gated on any machine.
+RATIO_METRICS: tuple[str, ...] = ('shim_vs_unpatched', 'shim_microbatch_vs_unpatched', 'shim_vs_no_transform')
+
+#: Fingerprint keys that must match for absolute throughput to be compared.
+MATCH_KEYS: tuple[str, ...] = ('cpu_model', 'cpu_count', 'torch_threads', 'gpu', 'python', 'torch', 'composer',
+                               'device', 'size')
+
+
+class BaselineExistsError(FileExistsError):
+    """Recording would overwrite a baseline; pass ``replace=True`` (``--replace``) to do that on purpose."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The verdict on one metric, with the numbers behind it."""
+
+    verdict: str
+    reason: str
+    current: Optional[float] = None
+    baseline: Optional[float] = None
+    change: Optional[float] = None
+    tolerance: Optional[float] = None
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float, float]:
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q1, q2, q3 = statistics.quantiles(samples, n=4, method='inclusive')
+    return q1, statistics.median(samples), q3
+
+
+def _spread(samples: list[float]) -> float:
+    q1, median, q3 = _quartiles(samples)
+    return (q3 - q1) / abs(median) if median else float('inf')
+
+
+def judge(current: list[float], baseline: Optional[list[float]], floor: float) -> Judgement:
+    """Apply the rule (module docstring) to one metric's window samples.
+
+    Args:
+        current: This run's samples (one per window or per round).
+        baseline: The baseline's samples, or ``None`` when there is none.
+        floor: The smallest tolerance (relative change of the median).
+    """
+    if not current:
+        return Judgement('inconclusive', 'no samples in this run')
+    _, now, _ = _quartiles(current)
+    if not baseline:
+        return Judgement('inconclusive', 'no baseline', current=now)
+    _, then, _ = _quartiles(baseline)
+    if min(len(current), len(baseline)) < MIN_WINDOWS:
+        return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} windows', current=now, baseline=then)
+    spread = max(_spread(current), _spread(baseline))
+    change = now / then - 1 if then else float('inf')
+    if spread > MAX_SPREAD:
+        return Judgement('inconclusive', f'too noisy: spread {spread:.1%} > {MAX_SPREAD:.0%}', now, then, change)
+    tolerance = max(floor, SPREAD_FACTOR * spread)
+    c_q1, _, c_q3 = _quartiles(current)
+    b_q1, _, b_q3 = _quartiles(baseline)
+    if change < -tolerance:
+        if c_q3 < b_q1:
+            return Judgement('regression', f'{change:+.1%} beyond ±{tolerance:.1%}', now, then, change, tolerance)
+        return Judgement('inconclusive', f'{change:+.1%} but the distributions overlap', now, then, change, tolerance)
+    if change > tolerance:
+        if c_q1 > b_q3:
+            return Judgement('improved', f'{change:+.1%} beyond ±{tolerance:.1%}: re-record the baseline', now, then,
+                             change, tolerance)
+        return Judgement('inconclusive', f'{change:+.1%} but the distributions overlap', now, then, change, tolerance)
+    return Judgement('ok', f'{change:+.1%} within ±{tolerance:.1%}', now, then, change, tolerance)
+
+
+def _fingerprint_mismatch(current: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    return [key for key in MATCH_KEYS if current.get(key) != baseline.get(key)]
+
+
+def _expected(result: dict[str, Any], leg: str) -> Optional[str]:
+    """What must hold for a shim leg, or ``None`` if the leg is fine."""
+    data = result['legs'].get(leg, {})
+    if not data.get('available'):
+        return None
+    if data['placement'] != 'device':
+        return f'placement is {data["placement"]!r}, expected the device'
+    if leg == 'shim-batch' and data['coherence'] != 'coherent':
+        return f'coherence is {data["coherence"]!r}, expected one call per step'
+    return None
+
+
+def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """Judge every metric of a bench result against a baseline (``None``: everything is inconclusive).
+
+    Returns:
+        ``{'verdicts': {metric: Judgement as dict}, 'worst': verdict, 'fingerprint_mismatch': [keys]}``. Metrics:
+        ``placement/<leg>`` for the shim legs, the :data:`RATIO_METRICS`, and ``throughput/<leg>`` for every leg.
+    """
+    verdicts: dict[str, Judgement] = {}
+    for leg in ('shim-batch', 'shim-microbatch'):
+        if result['legs'].get(leg, {}).get('available'):
+            problem = _expected(result, leg)
+            verdicts[f'placement/{leg}'] = Judgement('regression', problem) if problem else Judgement('ok', 'on device')
+    mismatch = _fingerprint_mismatch(result['fingerprint'], baseline['fingerprint']) if baseline else []
+    for metric in RATIO_METRICS:
+        samples = result['headline'][metric]['windows']
+        if not samples:
+            continue
+        base = baseline['headline'].get(metric, {}).get('windows') if baseline else None
+        verdicts[metric] = judge(samples, base, RATIO_FLOOR)
+    for leg, data in result['legs'].items():
+        if not data.get('available'):
+            continue
+        base_leg = baseline['legs'].get(leg, {}) if baseline else {}
+        base = base_leg.get('samples_per_s_windows')
+        if baseline and mismatch:
+            median = statistics.median(data['samples_per_s_windows'])
+            verdicts[f'throughput/{leg}'] = Judgement(
+                'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})', current=median)
+        else:
+            verdicts[f'throughput/{leg}'] = judge(data['samples_per_s_windows'], base, ABSOLUTE_FLOOR)
+    worst = min((j.verdict for j in verdicts.values()), key=VERDICTS.index, default='inconclusive')
+    return {'verdicts': {k: dataclasses.asdict(v) for k, v in verdicts.items()}, 'worst': worst,
+            'fingerprint_mismatch': mismatch}
+
+
+def baseline_path(root: os.PathLike, device: str, env: str) -> Path:
+    """Where the baseline of one env lives: ``<root>/<device>/<env>.json`` (``env`` includes the device)."""
+    return Path(root) / device / f'{env}.json'
+
+
+def load_baseline(root: os.PathLike, device: str, env: str) -> Optional[dict[str, Any]]:
+    """The recorded baseline of an env, or ``None``."""
+    path = baseline_path(root, device, env)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_baseline(result: dict[str, Any], root: os.PathLike, replace: bool = False) -> Path:
+    """Write ``result`` as the baseline of its env; never overwrites one unless ``replace``.
+
+    Raises:
+        BaselineExistsError: A baseline exists and ``replace`` is false. The message gives both medians.
+        ValueError: The result has a planted slowdown (a test run, not a baseline).
+    """
+    if result.get('planted_slowdown'):
+        raise ValueError('compatshim bench: a run with a planted slowdown cannot be recorded as a baseline')
+    path = baseline_path(root, result['device'], result['env'])
+    if path.exists() and not replace:
+        old = json.loads(path.read_text())
+        old_ratio = old['headline']['shim_vs_unpatched'].get('median')
+        new_ratio = result['headline']['shim_vs_unpatched'].get('median')
+        raise BaselineExistsError(
+            f'compatshim bench: a baseline exists at {path} (recorded {old.get("recorded_at")}, shim/unpatched '
+            f'{old_ratio}; this run {new_ratio}). Pass --replace to overwrite it.')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stored = {k: v for k, v in result.items() if k != 'comparison'}
+    stored['recorded_at'] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+    path.write_text(json.dumps(stored, indent=1) + '\n')
+    return path

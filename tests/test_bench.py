@@ -1,0 +1,187 @@
+"""The benchmark, the comparison rule and the report work on every release: a real tiny run, then the rule on it.
+
+Nothing here asserts on wall time. Timings only feed the comparison through synthetic, deterministic samples built
+around the real run's medians: an unchanged rerun is ok, a planted regression is caught.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import COMPOSER, FAMILY, IS_AFFECTED
+
+from compatshim import _cli
+from compatshim.bench import LEGS, compare, report, run
+
+pytestmark = pytest.mark.filterwarnings('ignore::UserWarning')
+
+
+@pytest.fixture(scope='module')
+def result() -> dict[str, Any]:
+    """One real tiny bench run on this release (cpu), shared by the module."""
+    return run.run('cpu', 'tiny')
+
+
+def test_legs_placement_and_coherence(result: dict[str, Any]) -> None:
+    legs = result['legs']
+    assert list(legs) == list(LEGS)
+    assert result['composer'] == COMPOSER
+    # Without the shim: on the device only up to 0.24.1; the host (as the transform or the workaround) after.
+    assert legs['unpatched']['placement'] == ('host' if IS_AFFECTED else 'device')
+    assert legs['unpatched']['coherence'] == 'coherent'
+    assert legs['shim-batch']['placement'] == 'device'
+    assert legs['shim-batch']['coherence'] == 'coherent' and legs['shim-batch']['calls_per_step'] == 1
+    assert legs['shim-microbatch']['available'] is IS_AFFECTED
+    if IS_AFFECTED:
+        assert legs['shim-microbatch']['placement'] == 'device'
+        assert legs['shim-microbatch']['calls_per_step'] == 2  # tiny: batch 8, microbatch 4
+    native = FAMILY in ('dropped', 'rejected')
+    assert legs['native-microbatch']['available'] is native
+    if native:
+        assert legs['native-microbatch']['placement'] == 'device'
+    assert legs['no-transform']['calls_per_step'] == 0
+    # The whole batch crosses once per step (8 images of 3x16x16 fp32 + labels; Composer moves a few scalars too).
+    batch_bytes = 8 * 3 * 16 * 16 * 4 + 8 * 10 * 4
+    for leg in ('unpatched', 'shim-batch', 'no-transform'):
+        assert batch_bytes <= legs[leg]['h2d_bytes_per_step'] < batch_bytes + 1024, leg
+
+
+def test_windows_and_headline_shapes(result: dict[str, Any]) -> None:
+    size = result['fingerprint']['size']
+    for data in result['legs'].values():
+        if data['available']:
+            assert len(data['window_s']) == size['windows'] and all(s > 0 for s in data['window_s'])
+            assert data['timed_calls_per_step'] == data['calls_per_step']
+    head = result['headline']
+    assert head['shim_vs_unpatched']['n'] == size['windows']
+    assert head['shim_microbatch_vs_unpatched']['n'] == (size['windows'] if IS_AFFECTED else 0)
+    assert head['overhead_us']['n'] == size['windows']
+    json.dumps(result)  # serialisable as is
+
+
+def _tight(samples: list[float], scale: float = 1.0, seed: int = 0) -> list[float]:
+    """Deterministic samples around the median of ``samples`` × ``scale``, ±1% (a quiet machine)."""
+    centre = sorted(samples)[len(samples) // 2] * scale
+    rng = random.Random(seed)
+    return [centre * (1 + rng.uniform(-0.01, 0.01)) for _ in range(9)]
+
+
+def _quiet(result: dict[str, Any], seed: int, shim_scale: float = 1.0) -> dict[str, Any]:
+    """``result`` with every sample replaced by tight ones; the shim legs (and their ratios) scaled."""
+    out = copy.deepcopy(result)
+    for leg, data in out['legs'].items():
+        if data['available']:
+            data['samples_per_s_windows'] = _tight(data['samples_per_s_windows'],
+                                                   shim_scale if leg.startswith('shim') else 1.0, seed)
+    for metric in compare.RATIO_METRICS:
+        if out['headline'][metric]['windows']:
+            out['headline'][metric]['windows'] = _tight(out['headline'][metric]['windows'],
+                                                        shim_scale if metric.startswith('shim') else 1.0, seed)
+    return out
+
+
+def test_unchanged_rerun_is_ok(result: dict[str, Any]) -> None:
+    verdict = compare.compare(_quiet(result, seed=1), _quiet(result, seed=2))
+    assert verdict['worst'] == 'ok', verdict
+
+
+def test_planted_slowdown_is_a_regression(result: dict[str, Any]) -> None:
+    verdict = compare.compare(_quiet(result, seed=1, shim_scale=0.8), _quiet(result, seed=2))
+    assert verdict['worst'] == 'regression'
+    assert verdict['verdicts']['shim_vs_unpatched']['verdict'] == 'regression'
+    assert verdict['verdicts']['throughput/shim-batch']['verdict'] == 'regression'
+    assert verdict['verdicts']['throughput/unpatched']['verdict'] == 'ok'
+
+
+def test_raised_baseline_is_a_regression_and_ratios_gate_on_any_machine(result: dict[str, Any]) -> None:
+    raised = _quiet(result, seed=2, shim_scale=1.25)
+    assert compare.compare(_quiet(result, seed=1), raised)['worst'] == 'regression'
+    raised['fingerprint'] = {**raised['fingerprint'], 'cpu_model': 'another machine'}
+    verdict = compare.compare(_quiet(result, seed=1), raised)
+    assert verdict['verdicts']['throughput/shim-batch']['verdict'] == 'inconclusive'
+    assert 'cpu_model' in verdict['verdicts']['throughput/shim-batch']['reason']
+    assert verdict['verdicts']['shim_vs_unpatched']['verdict'] == 'regression'
+
+
+def test_wrong_placement_is_a_regression(result: dict[str, Any]) -> None:
+    broken = copy.deepcopy(result)
+    broken['legs']['shim-batch']['placement'] = 'host'
+    verdict = compare.compare(broken, None)
+    assert verdict['verdicts']['placement/shim-batch']['verdict'] == 'regression'
+
+
+@pytest.mark.parametrize(('current', 'baseline', 'expected'), [
+    ([1.00, 1.01, 0.99, 1.00, 1.02], [1.00, 0.99, 1.01, 1.00, 1.00], 'ok'),
+    ([0.80, 0.81, 0.79, 0.80, 0.82], [1.00, 0.99, 1.01, 1.00, 1.00], 'regression'),
+    ([1.25, 1.26, 1.24, 1.25, 1.27], [1.00, 0.99, 1.01, 1.00, 1.00], 'improved'),
+    ([0.80, 1.20, 0.95, 1.05, 0.90], [1.00, 0.99, 1.01, 1.00, 1.00], 'inconclusive'),  # too noisy
+    ([1.00, 1.01, 0.99], None, 'inconclusive'),  # no baseline
+    ([1.00, 1.01], [1.00, 1.01], 'inconclusive'),  # too few windows
+])
+def test_rule(current: list[float], baseline: Any, expected: str) -> None:
+    assert compare.judge(current, baseline, compare.RATIO_FLOOR).verdict == expected
+
+
+def test_record_never_overwrites(result: dict[str, Any], tmp_path: Path) -> None:
+    path = compare.record_baseline(result, tmp_path)
+    assert path == tmp_path / 'cpu' / f"{result['env']}.json"
+    before = path.read_text()
+    with pytest.raises(compare.BaselineExistsError, match='--replace'):
+        compare.record_baseline(result, tmp_path)
+    assert path.read_text() == before
+    # The CLI refuses before running anything, and exits 2.
+    assert _cli.main(['bench', '--size', 'tiny', '--baselines', str(tmp_path), '--record']) == 2
+    assert path.read_text() == before
+    with pytest.raises(ValueError, match='planted'):
+        compare.record_baseline({**result, 'planted_slowdown': 0.2}, tmp_path, replace=True)
+    assert compare.record_baseline(result, tmp_path, replace=True) == path
+
+
+def test_cli_compares_with_a_raised_baseline(result: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
+    """End to end through the CLI: a real tiny run against a baseline raised 10x is a regression (exit 1)."""
+    raised = copy.deepcopy(result)
+    for data in raised['legs'].values():
+        if data['available']:
+            data['samples_per_s_windows'] = [v * 10 for v in data['samples_per_s_windows']]
+    compare.record_baseline(raised, tmp_path)
+    out = tmp_path / 'result.json'
+    code = _cli.main(['bench', '--size', 'tiny', '--baselines', str(tmp_path), '--out', str(out)])
+    written = json.loads(out.read_text())
+    judged = written['comparison']['verdicts']['throughput/no-transform']
+    # 10x is far beyond any noise; only a run too noisy to judge may say inconclusive instead.
+    assert judged['verdict'] in ('regression', 'inconclusive'), judged
+    assert code == (1 if written['comparison']['worst'] == 'regression' else 0)
+    assert result['env'] in capsys.readouterr().out
+
+
+def test_report_markdown_json_png(result: dict[str, Any], tmp_path: Path) -> None:
+    judged = {**result, 'comparison': {**compare.compare(result, None), 'baseline': None}}
+    assert _cli.main(['report', '--out', str(tmp_path), *_write(tmp_path, judged)]) == 0
+    md = (tmp_path / 'report.md').read_text()
+    assert result['env'] in md and '| shim-batch | device | coherent |' in md
+    data = json.loads((tmp_path / 'report.json').read_text())
+    assert data['envs'] == [result['env']] and data['worst'] == 'inconclusive'
+    assert (tmp_path / 'throughput.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    regressed = copy.deepcopy(judged)
+    regressed['comparison'] = {**compare.compare(_quiet(result, 1, 0.8), _quiet(result, 2)), 'baseline': 'b.json'}
+    assert _cli.main(['report', '--no-png', '--out', str(tmp_path / 'r2'), *_write(tmp_path, regressed)]) == 1
+    assert '**Worst: regression.**' in (tmp_path / 'r2' / 'report.md').read_text()
+    assert report.aggregate([])['envs'] == []
+
+
+def _write(tmp_path: Path, result: dict[str, Any]) -> list[str]:
+    path = tmp_path / f"{result['env']}-{len(list(tmp_path.glob('*.json')))}.json"
+    path.write_text(json.dumps(result))
+    return [str(path)]
+
+
+def test_bad_input_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, cpu, gpu"):
+        run.run('cpu', 'huge')
+    with pytest.raises(ValueError, match='plant_slowdown must be between 0 and 10'):
+        run.run('cpu', 'tiny', plant_slowdown=-1)
