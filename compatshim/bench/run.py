@@ -1,7 +1,8 @@
 """Run the benchmark legs in one process, interleaved, and measure placement, coherence and throughput.
 
 Legs (see :data:`LEGS`) are real Composer Trainers on the same workload. After :data:`WARMUP` untimed rounds, the legs
-take turns (A/B/C/…, then B/C/…/A, …) for ``size.windows`` timing windows; a window is one ``fit(duration='1ep')`` over
+take turns, in a shuffled order each round (seeded; a fixed order biased an A/A comparison by ~1% through which leg ran
+after which), for ``size.windows`` timing windows; a window is one ``fit(duration='1ep')`` over
 ``size.steps`` batches, with the device synchronised at its edges only. Headline metrics are ratios of windows taken
 in the same round, so machine-wide speed changes cancel out.
 
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gc
 import os
 import platform
+import random
 import statistics
 import time
 from typing import Any, Callable, Optional, TextIO
@@ -271,15 +274,20 @@ def _time(legs: list[Leg], trainers: dict[str, Any], device: str, size: Size, sa
     compatshim.enable()
     try:
         for window in range(-WARMUP + 1, size.windows + 1):  # windows up to 0 are warm-up
-            order = legs[window % len(legs):] + legs[:window % len(legs)]
+            order = random.Random(window).sample(legs, len(legs))
             for leg in order:
                 if device == 'cuda':
                     torch.cuda.reset_peak_memory_stats()
-                _synchronize(device)
-                start = time.perf_counter()
-                trainers[leg.name].fit(duration='1ep')
-                _synchronize(device)
-                elapsed = time.perf_counter() - start
+                gc.collect()
+                gc.disable()  # as timeit does: no collector pauses inside a window
+                try:
+                    _synchronize(device)
+                    start = time.perf_counter()
+                    trainers[leg.name].fit(duration='1ep')
+                    _synchronize(device)
+                    elapsed = time.perf_counter() - start
+                finally:
+                    gc.enable()
                 if device == 'cuda':
                     peak[leg.name] = max(peak[leg.name], torch.cuda.max_memory_allocated())
                 if window > 0:
