@@ -9,12 +9,13 @@ Usage, at the top of the training script (on every rank)::
 Importing this package patches nothing and imports neither torch nor Composer.
 """
 
-from compatshim._api import ShimStatus, Verdict, disable, enable, enabled, status
+from compatshim._api import KILL_SWITCH, ShimStatus, Verdict, disable, enable, enabled, status
 from compatshim._stages import STAGES
 from compatshim.errors import (
     CompatShimError,
     CompatShimWarning,
     ComposerNotInstalledError,
+    TransformResultError,
     UnexpectedComposerShapeError,
     UnsupportedComposerWarning,
 )
@@ -22,11 +23,13 @@ from compatshim.errors import (
 __version__ = '0.1.0'
 
 __all__ = [
+    'KILL_SWITCH',
     'STAGES',
     'CompatShimError',
     'CompatShimWarning',
     'ComposerNotInstalledError',
     'ShimStatus',
+    'TransformResultError',
     'UnexpectedComposerShapeError',
     'UnsupportedComposerWarning',
     'Verdict',

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import enum
 import importlib.metadata
+import os
 import warnings
 from typing import Iterator, Optional
 
@@ -13,9 +14,9 @@ from packaging.version import InvalidVersion, Version
 
 from compatshim import _registry, _stages
 from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of
-from compatshim.errors import ComposerNotInstalledError, UnsupportedComposerWarning
+from compatshim.errors import CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
 
-__all__ = ['ShimStatus', 'Verdict', 'disable', 'enable', 'enabled', 'status']
+__all__ = ['KILL_SWITCH', 'ShimStatus', 'Verdict', 'disable', 'enable', 'enabled', 'killed', 'status']
 
 
 class Verdict(str, enum.Enum):
@@ -73,6 +74,28 @@ def _parse(version: str) -> Optional[Version]:
         return None
 
 
+#: The operators' kill switch: set it to 1/true/yes/on and ``enable()`` patches nothing (0/false/no/off or unset: off).
+KILL_SWITCH = 'COMPATSHIM_DISABLE'
+_TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
+
+
+def killed() -> bool:
+    """Whether the :data:`KILL_SWITCH` environment variable turns the shim off.
+
+    Raises:
+        ValueError: The variable holds something other than the accepted values (named in the message).
+    """
+    value = os.environ.get(KILL_SWITCH, '').strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f'compatshim: {KILL_SWITCH}={os.environ[KILL_SWITCH]!r} is not understood; use 1, true, yes or on to turn '
+        'the shim off, or 0, false, no, off (or unset it) to leave enable() working.',
+    )
+
+
 def status() -> ShimStatus:
     """Report the installed versions, the verdict, the stage and the patches applied. Imports nothing heavy."""
     composer, torch = _installed('mosaicml'), _installed('torch')
@@ -91,6 +114,9 @@ def status() -> ShimStatus:
     elif table_family is not None:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
+        if os.environ.get(KILL_SWITCH, '').strip().lower() in _TRUE:
+            detail = f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so ' \
+                     'enable() patches nothing.'
     else:
         verdict, family = Verdict.UNSUPPORTED, None
         detail = (
@@ -117,8 +143,11 @@ def enable(stage: str = 'batch', *, allow_untested: bool = False) -> ShimStatus:
     Returns:
         The :func:`status` after enabling.
 
+    With the environment variable ``COMPATSHIM_DISABLE=1`` (the operators' kill switch) it patches nothing and warns.
+
     Raises:
-        ValueError: ``stage`` is not one of ``'batch'``, ``'microbatch'``.
+        ValueError: ``stage`` is not one of ``'batch'``, ``'microbatch'``, or ``COMPATSHIM_DISABLE`` has a value
+            other than 1/true/yes/on/0/false/no/off.
         ComposerNotInstalledError: No ``mosaicml`` distribution is installed.
         UnexpectedComposerShapeError: A patch target does not look as expected. Nothing was patched.
     """
@@ -133,6 +162,14 @@ def enable(stage: str = 'batch', *, allow_untested: bool = False) -> ShimStatus:
             )
         if _stages.is_active():
             _stages.set_active(valid_stage)
+            return status()
+        if killed():
+            warnings.warn(
+                f'compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer\'s own '
+                'behaviour applies). Unset it to re-enable the shim.',
+                CompatShimWarning,
+                stacklevel=2,
+            )
             return status()
         parsed = _parse(composer)
         if parsed is not None and parsed in UNAFFECTED:

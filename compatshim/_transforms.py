@@ -13,18 +13,61 @@ user's ``device_transforms`` at the right stage. They are plain, picklable objec
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from compatshim import _loop_frames, _stages
-from compatshim.errors import CompatShimWarning
+from compatshim.errors import CompatShimWarning, TransformResultError
 
 __all__ = ['BatchHook', 'MicrobatchHook']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
 
-def _identity(batch: Batch) -> Batch:
-    return batch
+def _kind(batch: Batch) -> str:
+    if hasattr(batch, 'shape') and hasattr(batch, 'dtype'):
+        return 'tensor'
+    if isinstance(batch, (list, tuple)):
+        return f'{type(batch).__name__} of {len(batch)}'
+    if isinstance(batch, Mapping):
+        return 'mapping'
+    return type(batch).__name__
+
+
+def _structure_problem(given: Batch, result: Batch) -> Optional[str]:
+    """Why ``result`` cannot stand for ``given`` (``None`` if it can).
+
+    A tensor must stay a tensor; a list or tuple must stay a list or tuple of the same length (Composer splits it
+    element-wise); a mapping must stay a mapping (keys may be added). Other batch objects only must not become None.
+    """
+    if result is None:
+        return 'None'
+    if hasattr(given, 'shape') and hasattr(given, 'dtype'):
+        ok = hasattr(result, 'shape') and hasattr(result, 'dtype')
+    elif isinstance(given, (list, tuple)):
+        ok = isinstance(result, (list, tuple)) and len(result) == len(given)
+    elif isinstance(given, Mapping):
+        ok = isinstance(result, Mapping)
+    else:
+        return None
+    return None if ok else f'a {_kind(result)} for a batch that was a {_kind(given)}'
+
+
+def _name(transform: Transform) -> str:
+    return getattr(transform, '__qualname__', None) or type(transform).__name__
+
+
+def _apply(hook: 'BatchHook | MicrobatchHook', batch: Batch, stage: str) -> Batch:
+    """Call the user's transform (its exceptions propagate untouched) and check what it returned."""
+    result = hook.transform(batch)
+    problem = _structure_problem(batch, result)
+    if problem is not None:
+        raise TransformResultError(
+            f'compatshim: device_transforms {_name(hook.transform)!r} of {hook.owner} returned {problem} at stage '
+            f'{stage!r}. It must return the batch it was given, transformed: a tensor for a tensor, a list or tuple '
+            'of the same length, or a mapping.',
+        )
+    return result
 
 
 def _stage_of(hook: 'BatchHook | MicrobatchHook') -> Optional[_stages.Stage]:
@@ -51,6 +94,7 @@ class BatchHook:
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
         has_microbatch_hook: Whether the release calls a microbatch-level hook (0.27+); if not, stage
             ``microbatch`` arms the loop frame instead (see :mod:`compatshim._loop_frames`).
+        owner: The DataSpec, described for error messages.
     """
 
     def __init__(
@@ -59,11 +103,13 @@ class BatchHook:
         stage: Optional[_stages.Stage],
         native: Optional[Transform],
         has_microbatch_hook: bool,
+        owner: str = 'a DataSpec',
     ) -> None:
         self.transform = transform
         self.stage = stage
         self.native = native
         self.has_microbatch_hook = has_microbatch_hook
+        self.owner = owner
         self.warned = False  # the disabled-shim warning is given once per DataSpec
 
     def __call__(self, batch: Batch) -> Batch:
@@ -72,19 +118,23 @@ class BatchHook:
         stage = _stage_of(self)
         if not _stages.is_active():
             _warn_inactive(self)
-            return self.transform(batch)
+            return _apply(self, batch, 'batch (shim disabled: on the host)')
         frame = _loop_frames.current_frame()
         if frame is None:
             # Called outside a trainer loop (by hand): there is no trainer device to move to.
-            return self.transform(batch)
+            return _apply(self, batch, 'batch (outside a trainer loop)')
         if stage == 'batch':
-            return self.transform(frame.device.batch_to_device(batch))
+            return _apply(self, frame.device.batch_to_device(batch), 'batch')
         if self.has_microbatch_hook:
             return batch  # MicrobatchHook applies the transform after each move
         if frame.mode == 'predict':
-            return self.transform(batch)  # 0.25–0.26 predict moves the whole batch before this hook
-        frame.arm(self.transform)
+            return _apply(self, batch, 'microbatch')  # 0.25–0.26 predict moves the whole batch before this hook
+        frame.arm(self.after_move)
         return batch
+
+    def after_move(self, microbatch: Batch) -> Batch:
+        """Stage ``microbatch`` on 0.25–0.26: run right after the trainer's device moved a microbatch."""
+        return _apply(self, microbatch, 'microbatch')
 
     def __repr__(self) -> str:
         return f'BatchHook(transform={self.transform!r}, stage={self.stage!r}, native={self.native!r})'
@@ -97,16 +147,24 @@ class MicrobatchHook:
         transform: The user's ``device_transforms``.
         stage: The DataSpec's own ``data_transfer_stage``, or ``None`` to follow ``enable(stage=...)``.
         native: The DataSpec's own ``microbatch_transforms``.
+        owner: The DataSpec, described for error messages.
     """
 
-    def __init__(self, transform: Transform, stage: Optional[_stages.Stage], native: Transform) -> None:
+    def __init__(
+        self,
+        transform: Transform,
+        stage: Optional[_stages.Stage],
+        native: Transform,
+        owner: str = 'a DataSpec',
+    ) -> None:
         self.transform = transform
         self.stage = stage
         self.native = native
+        self.owner = owner
 
     def __call__(self, microbatch: Batch) -> Batch:
         if _stages.is_active() and _stage_of(self) == 'microbatch':
-            microbatch = self.transform(microbatch)
+            microbatch = _apply(self, microbatch, 'microbatch')
         return self.native(microbatch)
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import os
 import platform
 import sys
 import warnings
@@ -141,6 +142,7 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
         'family': before.family,
         'detail': before.detail,
         'would_patch': [],
+        'kill_switch': os.environ.get(_api.KILL_SWITCH),
         'self_check': None,
         'exit_code': EXIT_UNKNOWN,
         'summary': '',
@@ -165,7 +167,11 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
         warnings.simplefilter('ignore')
         _api.disable()
         without = _self_check(kind, shim=False)
-        _api.enable()
+        try:
+            _api.enable(stage=before.stage or 'batch')
+        except ValueError as exc:  # a COMPATSHIM_DISABLE value enable() does not understand
+            report['summary'] = str(exc)
+            return report
         with_shim = _self_check(kind, shim=True)
         if not was_active:
             _api.disable()
@@ -179,6 +185,10 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
             'Affected; the shim fixes it here'
             + (' and is enabled.' if was_active else ': add `import compatshim; compatshim.enable()` to your script.')
         )
+    elif _api.killed():
+        report['exit_code'] = EXIT_AFFECTED
+        report['summary'] = (f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let '
+                             'the shim fix this.')
     else:
         report['exit_code'] = EXIT_AFFECTED
         report['summary'] = 'Affected, and the shim did NOT fix it here: please report this output.'

@@ -6,6 +6,7 @@ __all__ = [
     'CompatShimError',
     'CompatShimWarning',
     'ComposerNotInstalledError',
+    'TransformResultError',
     'UnexpectedComposerShapeError',
     'UnsupportedComposerWarning',
 ]
@@ -21,6 +22,14 @@ class ComposerNotInstalledError(CompatShimError, ImportError):
 
 class UnexpectedComposerShapeError(CompatShimError):
     """A patch target does not have the shape the shim was written against; nothing was patched."""
+
+
+class TransformResultError(CompatShimError, TypeError):
+    """A ``device_transforms`` returned ``None`` or a batch of another structure than it was given.
+
+    Raised by the shim right after the transform, naming the transform, the DataSpec and the stage, instead of a
+    failure deep inside Composer's batch splitting or the model.
+    """
 
 
 class CompatShimWarning(UserWarning):

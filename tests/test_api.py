@@ -208,3 +208,43 @@ def test_disabled_shim_runs_transform_on_host_with_a_warning() -> None:
     with pytest.warns(compatshim.CompatShimWarning, match='runs before the batch is moved'):
         t.fit(train_dataloader=spec, duration='2ba')
     assert [c.placement for c in probe.calls] == ['host', 'host']
+
+
+def test_kill_switch_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('COMPATSHIM_DISABLE', '1')
+    before = _snapshot()
+    with pytest.warns(compatshim.CompatShimWarning, match='COMPATSHIM_DISABLE is set'):
+        shim = compatshim.enable(stage='microbatch')
+    assert shim.patches == () and _same(before, _snapshot())
+    assert shim.verdict.value == ('affected' if IS_AFFECTED else 'unaffected')
+    if IS_AFFECTED:
+        assert 'COMPATSHIM_DISABLE is set' in shim.detail
+    for off in ('0', 'false', 'No', ''):
+        monkeypatch.setenv('COMPATSHIM_DISABLE', off)
+        assert bool(compatshim.enable().patches) is IS_AFFECTED, off
+        compatshim.disable()
+
+
+def test_kill_switch_with_a_bad_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('COMPATSHIM_DISABLE', 'maybe')
+    before = _snapshot()
+    with pytest.raises(ValueError, match="COMPATSHIM_DISABLE='maybe' is not understood; use 1, true, yes or on"):
+        compatshim.enable()
+    assert compatshim.status().patches == () and _same(before, _snapshot())
+
+
+def test_disable_with_nothing_running_and_twice() -> None:
+    assert compatshim.disable().patches == ()
+    compatshim.enable()
+    compatshim.disable()
+    assert compatshim.disable().patches == () and compatshim.status().stage is None
+
+
+@NEEDS_PATCH
+def test_enable_twice_with_different_stages_changes_the_default() -> None:
+    first = compatshim.enable(stage='batch')
+    second = compatshim.enable(stage='microbatch')
+    assert second.patches == first.patches and second.stage == 'microbatch'
+    with pytest.raises(ValueError, match="choose one of 'batch', 'microbatch'"):
+        compatshim.enable(stage='epoch')
+    assert compatshim.status().stage == 'microbatch'  # a bad second call changes nothing

@@ -57,3 +57,22 @@ def test_doctor_cannot_tell_on_unsupported_release(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_api, '_installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
     report = doctor.run()
     assert report['exit_code'] == 2 and report['verdict'] == 'unsupported'
+
+
+@pytest.mark.device
+def test_doctor_with_the_kill_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv('COMPATSHIM_DISABLE', '1')
+    report = doctor.run(DEVICE)
+    assert report['kill_switch'] == '1'
+    assert report['exit_code'] == (1 if IS_AFFECTED else 0), report['summary']
+    if IS_AFFECTED:
+        assert 'COMPATSHIM_DISABLE is set' in report['summary']
+
+
+@pytest.mark.device
+def test_doctor_keeps_the_enabled_stage() -> None:
+    import compatshim
+
+    compatshim.enable(stage='microbatch')
+    doctor.run(DEVICE)
+    assert compatshim.status().stage == ('microbatch' if IS_AFFECTED else None)

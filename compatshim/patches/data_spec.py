@@ -46,6 +46,14 @@ def _check_transform(transform: Any) -> None:
         )
 
 
+def _describe(data_spec: Any) -> str:
+    """``DataSpec(dataloader=DataLoader over TensorDataset)``: how error messages name a DataSpec."""
+    loader = getattr(data_spec, 'dataloader', None)
+    dataset = getattr(loader, 'dataset', None)
+    over = f' over {type(dataset).__name__}' if dataset is not None else ''
+    return f'DataSpec(dataloader={type(loader).__name__}{over})'
+
+
 def _make_init(original: Callable[..., None], family: Family) -> Callable[..., None]:
     signature = inspect.signature(original)
 
@@ -60,11 +68,14 @@ def _make_init(original: Callable[..., None], family: Family) -> Callable[..., N
         original(self, *args, **kwargs)
         if transform is None:
             return
+        owner = _describe(self)
         if family is Family.HOST:
-            self.device_transforms = BatchHook(transform, stage, native=None, has_microbatch_hook=False)
+            self.device_transforms = BatchHook(transform, stage, native=None, has_microbatch_hook=False, owner=owner)
         else:
-            self.batch_transforms = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True)
-            self.microbatch_transforms = MicrobatchHook(transform, stage, native=self.microbatch_transforms)
+            self.batch_transforms = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True,
+                                              owner=owner)
+            self.microbatch_transforms = MicrobatchHook(transform, stage, native=self.microbatch_transforms,
+                                                        owner=owner)
 
     return __init__
 

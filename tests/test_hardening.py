@@ -1,0 +1,273 @@
+"""The shim is never the reason a run crashes, loses a checkpoint or hides an error.
+
+Transforms that raise or return the wrong thing, unusual batch structures, checkpoints saved and resumed with the
+shim on and off, pickling and deep copies, dataloader workers under fork and spawn, and a Composer algorithm on
+``Event.AFTER_DATALOADER``. Placement tests have a control leg (strict xfail on affected releases).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import pickle
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, make_device
+from torch.utils.data import DataLoader
+from workload import Probe, loader, trainer
+
+import compatshim
+from compatshim import _loop_frames, _registry
+from compatshim._support import Family
+from compatshim.testing import placement
+
+pytestmark = pytest.mark.device
+
+STAGES = [pytest.param('batch', id='batch'), pytest.param('microbatch', id='microbatch', marks=NEEDS_PATCH)]
+
+
+class UserAugmentError(ValueError):
+    """Stands for whatever a user's transform raises."""
+
+
+def failing_transform(batch: Any) -> Any:
+    raise UserAugmentError('boom in the user transform')
+
+
+def _spec(transform: Any, **kwargs: Any) -> Any:
+    """A DataSpec with ``transform`` as its device_transforms (``None``: no transform, not even the keyword)."""
+    from composer.core import DataSpec
+
+    if transform is not None:
+        kwargs['device_transforms'] = transform
+    return DataSpec(kwargs.pop('dataloader', None) or loader(16), **kwargs)
+
+
+def _nothing_left_open(device: Any) -> None:
+    assert _loop_frames.current_frame() is None
+    assert 'batch_to_device' not in vars(device), 'the 0.25-0.26 microbatch interposer was left on the device'
+
+
+@pytest.mark.parametrize('stage', STAGES)
+def test_transform_exception_propagates_unchanged(stage: str) -> None:
+    compatshim.enable(stage=stage)
+    patched = _registry.patched_targets()
+    device = make_device()
+    t, _ = trainer(device, train_dataloader=_spec(failing_transform), max_duration='2ba', device_train_microbatch_size=4)
+    with pytest.raises(UserAugmentError) as info:
+        t.fit()
+    assert type(info.value) is UserAugmentError and str(info.value) == 'boom in the user transform'
+    assert traceback.extract_tb(info.value.__traceback__)[-1].name == 'failing_transform'
+    _nothing_left_open(device)
+    assert _registry.patched_targets() == patched  # nothing half-patched or half-restored
+    # The same process trains normally afterwards.
+    probe = Probe()
+    t2, _ = trainer(make_device(), train_dataloader=_spec(probe), max_duration='2ba', device_train_microbatch_size=4)
+    t2.fit()
+    assert {c.placement for c in probe.calls} == {'device'}
+
+
+@NEEDS_PATCH
+@pytest.mark.parametrize('stage', STAGES)
+@pytest.mark.parametrize(('returns', 'message'), [
+    (lambda batch: None, 'returned None'),
+    (lambda batch: batch[0], r'returned a tensor for a batch that was a (list|tuple) of 2'),
+    (lambda batch: [batch[0], batch[1], batch[1]], r'returned a list of 3 for a batch that was a (list|tuple) of 2'),
+], ids=['none', 'tensor-for-list', 'longer-list'])
+def test_transform_returning_the_wrong_thing(stage: str, returns: Any, message: str) -> None:
+    compatshim.enable(stage=stage)
+    device = make_device()
+    t, _ = trainer(device, train_dataloader=_spec(returns), max_duration='2ba', device_train_microbatch_size=4)
+    with pytest.raises(compatshim.TransformResultError, match=message) as info:
+        t.fit()
+    text = str(info.value)
+    assert f"at stage '{stage}'" in text and 'DataSpec(dataloader=DataLoader over TensorDataset)' in text
+    assert isinstance(info.value, TypeError)
+    _nothing_left_open(device)
+
+
+Pair = collections.namedtuple('Pair', ['x', 'y'])
+
+
+@dataclasses.dataclass
+class Record:
+    """A dataclass-like batch: Composer's batch_to_device leaves such objects alone."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def _x(batch: Any) -> torch.Tensor:
+    if isinstance(batch, Record):
+        return batch.x
+    if isinstance(batch, dict):
+        return batch['inputs']
+    return batch[0]
+
+
+def _collate(kind: str) -> Any:
+    def collate(samples: list[torch.Tensor]) -> Any:
+        x, y = torch.stack(samples), torch.zeros(len(samples))
+        return {
+            'namedtuple': Pair(x, y),
+            'empty': {'inputs': x, 'labels': y, 'extras': [], 'meta': {}, 'nothing': None, 'tags': ()},
+            'dataclass': Record(x, y),
+        }[kind]
+
+    return collate
+
+
+def _model() -> Any:
+    from composer.models import ComposerModel
+
+    class Model(ComposerModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            return self.linear(_x(batch).cpu() if isinstance(batch, Record) else _x(batch))
+
+        def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+            return outputs.pow(2).mean()
+
+    return Model()
+
+
+def _shape_of(batch: Any) -> Any:
+    """Types and placements, recursively: what 'the same behaviour as Composer's batch_to_device' compares."""
+    if isinstance(batch, torch.Tensor):
+        return ('tensor', placement(batch))
+    if isinstance(batch, dict):
+        return ('dict', {k: _shape_of(v) for k, v in batch.items()})
+    if isinstance(batch, (list, tuple)):
+        return (type(batch).__name__, [_shape_of(v) for v in batch])
+    if isinstance(batch, Record):
+        return ('Record', _shape_of(batch.x), _shape_of(batch.y))
+    return (type(batch).__name__, batch)
+
+
+@NEEDS_PATCH
+@pytest.mark.parametrize('kind', ['namedtuple', 'empty', 'dataclass'])
+def test_structures_match_composers_batch_to_device(kind: str) -> None:
+    from composer import Trainer
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    seen: list[Any] = []
+
+    def transform(batch: Any) -> Any:
+        seen.append(_shape_of(batch))
+        return batch
+
+    data = [torch.randn(4) for _ in range(8)]
+    spec = DataSpec(DataLoader(data, batch_size=4, collate_fn=_collate(kind)), device_transforms=transform,
+                    get_num_samples_in_batch=lambda b: len(_x(b)), split_batch=lambda b, n: [b])
+    Trainer(model=_model(), device=make_device(), train_dataloader=spec, max_duration='2ba', progress_bar=False,
+            precision='fp32').fit()
+    expected = _shape_of(make_device().batch_to_device(_collate(kind)(data[:4])))
+    assert seen == [expected, expected]
+
+
+def _checkpoint(folder: Path, shim: bool, transform: Any) -> tuple[Path, dict[str, torch.Tensor]]:
+    """Train 2 batches with the shim on or off and save; returns the checkpoint and the final weights."""
+    (compatshim.enable if shim else compatshim.disable)()
+    spec = _spec(transform if shim or FAMILY is not Family.REJECTED else None)
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', device_train_microbatch_size=4,
+                   save_folder=str(folder), save_interval='2ba', save_filename='ckpt-ba{batch}.pt')
+    t.fit()
+    weights = {k: v.detach().cpu().clone() for k, v in t.state.model.state_dict().items()}
+    t.close()
+    path = folder / 'ckpt-ba2.pt'
+    assert path.exists(), sorted(p.name for p in folder.iterdir())
+    return path, weights
+
+
+@pytest.mark.parametrize(('saved_with', 'resumed_with'), [(True, True), (True, False), (False, True)],
+                         ids=['on-on', 'on-off', 'off-on'])
+def test_checkpoint_save_and_resume(tmp_path: Path, saved_with: bool, resumed_with: bool) -> None:
+    path, weights = _checkpoint(tmp_path, saved_with, Probe())
+    assert b'compatshim' not in path.read_bytes(), 'something of the shim was pickled into the checkpoint'
+    (compatshim.enable if resumed_with else compatshim.disable)()
+    probe = Probe()
+    spec = _spec(probe if resumed_with or FAMILY is not Family.REJECTED else None)
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='4ba', device_train_microbatch_size=4,
+                   load_path=str(path))
+    loaded = t.state.model.state_dict()
+    for name, value in weights.items():
+        assert torch.equal(loaded[name].detach().cpu(), value), f'{name} was not restored'
+    assert int(t.state.timestamp.batch) == 2
+    t.fit()
+    assert int(t.state.timestamp.batch) == 4
+    if resumed_with:
+        assert [c.placement for c in probe.calls] == ['device', 'device']
+
+
+def picklable_transform(batch: Any) -> Any:
+    return Probe()(batch)
+
+
+def _hooks(spec: Any) -> list[Any]:
+    names = ('device_transforms', 'batch_transforms', 'microbatch_transforms')
+    return [getattr(spec, n) for n in names if type(getattr(spec, n, None)).__module__ == 'compatshim._transforms']
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+def test_pickle_and_deepcopy(how: str) -> None:
+    compatshim.enable(stage='batch')
+    probe = Probe()
+    spec = _spec(probe, data_transfer_stage='microbatch') if IS_AFFECTED else _spec(probe)
+    clone = pickle.loads(pickle.dumps(spec)) if how == 'pickle' else copy.deepcopy(spec)
+    assert [type(h).__name__ for h in _hooks(clone)] == [type(h).__name__ for h in _hooks(spec)]
+    for original, copied in zip(_hooks(spec), _hooks(clone)):
+        assert copied is not original and copied.stage == original.stage and copied.owner == original.owner
+    hooks = _hooks(clone)
+    copied_probe = hooks[0].transform if hooks else clone.device_transforms
+    assert copied_probe is not probe and isinstance(copied_probe, Probe)
+    t, _ = trainer(make_device(), train_dataloader=clone, max_duration='2ba', device_train_microbatch_size=4)
+    t.fit()
+    assert probe.calls == []
+    assert {c.placement for c in copied_probe.calls} == {'device'}
+    assert len(copied_probe.calls) == (4 if IS_AFFECTED else 2)  # stage microbatch: 2 microbatches x 2 steps
+
+
+@pytest.mark.parametrize('context', ['fork', 'spawn'])
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_dataloader_workers(leg: str, context: str) -> None:
+    probe = Probe()
+    workers = loader(16, num_workers=2, multiprocessing_context=context)
+    t, _ = trainer(make_device(), train_dataloader=_spec(probe, dataloader=workers), max_duration='2ba',
+                   device_train_microbatch_size=4)
+    t.fit()
+    assert [c.placement for c in probe.calls] == ['device', 'device']
+    assert sorted(i for c in probe.calls for i in c.ids) == list(range(16))
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_after_dataloader_algorithm_sees_the_device_batch(leg: str) -> None:
+    """Composer's CutOut runs on Event.AFTER_DATALOADER; with stage "batch" it gets the device batch, as in 0.24.1."""
+    from composer import Trainer
+    from composer.algorithms import CutOut
+    from composer.core import DataSpec
+
+    from compatshim.bench.workload import SIZES, Augment, bench_loader, bench_model
+
+    class RecordingCutOut(CutOut):
+        seen: list[str] = []
+
+        def apply(self, event: Any, state: Any, logger: Any) -> Any:
+            self.seen.append(placement(state.batch))
+            return super().apply(event, state, logger)
+
+    algorithm = RecordingCutOut(length=0.25)
+    size = SIZES['tiny']
+    spec = DataSpec(bench_loader(size), device_transforms=Augment(size.blur))
+    Trainer(model=bench_model(), train_dataloader=spec, device=make_device(), max_duration='2ba',
+            device_train_microbatch_size=size.microbatch, algorithms=[algorithm], progress_bar=False,
+            precision='fp32').fit()
+    assert algorithm.seen == ['device', 'device']
