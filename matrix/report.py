@@ -39,7 +39,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
-    bench = ['compatshim', 'bench', '--device', args.device, '--baselines', str(args.baselines), '--out', str(out)]
+    baselines = os.path.relpath(args.baselines, ROOT)  # the bench runs in ROOT; reports name no machine paths
+    bench = ['compatshim', 'bench', '--device', args.device, '--baselines', baselines, '--out', str(out)]
     if args.size:
         bench += ['--size', args.size]
     if args.record:
