@@ -117,13 +117,15 @@ def markdown(report: dict[str, Any]) -> str:
                for metric, j in r.get('comparison', {}).get('verdicts', {}).items() if j['verdict'] != 'ok']
     out += ['', '## Verdicts other than ok', '']
     out += [f"- {env} `{metric}`: **{j['verdict']}** — {j['reason']}" for env, metric, j in notable] or ['None.']
-    fingerprints = {json.dumps(r['fingerprint'], sort_keys=True) for r in results}
     out += ['', '## Machine', '']
-    for fp in sorted(fingerprints):
-        data = json.loads(fp)
-        out.append(f"- {data['cpu_model']}, {data['cpu_count']} CPUs, {data['torch_threads']} torch thread(s), "
-                   f"GPU: {data['gpu'] or 'none'}, Python {data['python']}, torch {data['torch']}, "
-                   f"Composer {data['composer']}, size {data['size']['name']}")
+    machines: dict[str, list[str]] = {}
+    for r in results:
+        fp = r['fingerprint']
+        machine = (f"{fp['cpu_model']}, {fp['cpu_count']} CPUs, {fp['torch_threads']} torch thread(s), "
+                   f"GPU: {fp['gpu'] or 'none'}, Python {fp['python']}, workload size {fp['size']['name']}")
+        machines.setdefault(machine, []).append(f"{r['env']} (torch {fp['torch']})")
+    for machine, envs in machines.items():
+        out.append(f'- {machine}: ' + ', '.join(envs))
     loads = [r['load_average'][0] for r in results if r.get('load_average')]
     if loads:
         out.append(f'- 1-minute load average during the runs: {min(loads):.2f}–{max(loads):.2f}')
