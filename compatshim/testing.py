@@ -59,7 +59,18 @@ def _to_fake(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().clone().as_subclass(FakeAcceleratorTensor)
 
 
-class FakeAcceleratorDevice(DeviceCPU):
+class _MovesToFake:
+    """``tensor_to_device`` for the fake devices: copy to a :class:`FakeAcceleratorTensor`, counting real moves."""
+
+    tensors_moved: int
+
+    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        if not isinstance(tensor, FakeAcceleratorTensor):
+            self.tensors_moved += 1
+        return _to_fake(tensor)
+
+
+class FakeAcceleratorDevice(_MovesToFake, DeviceCPU):
     """Composer's CPU device, except that batches it moves become :class:`FakeAcceleratorTensor` copies.
 
     Moving an already-moved tensor is a no-op, as ``.to('cuda')`` is on a cuda tensor. Modules stay plain (the
@@ -72,13 +83,8 @@ class FakeAcceleratorDevice(DeviceCPU):
         super().__init__()
         self.tensors_moved = 0
 
-    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        if not isinstance(tensor, FakeAcceleratorTensor):
-            self.tensors_moved += 1
-        return _to_fake(tensor)
 
-
-class FakeAutoMicrobatchDevice(DeviceGPU):
+class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
     """The fake accelerator dressed as a GPU, so that ``device_train_microbatch_size='auto'`` is allowed on CPU.
 
     Composer only permits ``'auto'`` on a ``DeviceGPU``. This class passes that ``isinstance`` check without touching
@@ -95,11 +101,6 @@ class FakeAutoMicrobatchDevice(DeviceGPU):
 
     def module_to_device(self, module: Any) -> Any:  # noqa: D102
         return module.to(self._device)
-
-    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        if not isinstance(tensor, FakeAcceleratorTensor):
-            self.tensors_moved += 1
-        return _to_fake(tensor)
 
     def state_dict(self) -> dict[str, Any]:  # noqa: D102
         return {}

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import LEGS, make_device
+from workload import any_batch_model
 from torch.utils.data import DataLoader
 
 from compatshim.testing import placement
@@ -18,27 +19,6 @@ def _x(batch: Any) -> torch.Tensor:
     if isinstance(batch, dict):
         return _x(batch['inputs'])
     return batch[0] if isinstance(batch, (list, tuple)) else batch
-
-
-class AnyBatchModel:
-    """Builds a ComposerModel that finds its input tensor in any of the structures below."""
-
-    @staticmethod
-    def make() -> Any:
-        from composer.models import ComposerModel
-
-        class Model(ComposerModel):
-            def __init__(self) -> None:
-                super().__init__()
-                self.linear = torch.nn.Linear(4, 1)
-
-            def forward(self, batch: Any) -> torch.Tensor:
-                return self.linear(_x(batch))
-
-            def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
-                return outputs.pow(2).mean()
-
-        return Model()
 
 
 def _collate_as(kind: str):
@@ -71,7 +51,7 @@ def test_structures(leg: str, kind: str) -> None:
     data = [torch.randn(4) for _ in range(8)]
     spec = DataSpec(DataLoader(data, batch_size=4, collate_fn=_collate_as(kind)), device_transforms=transform,
                     get_num_samples_in_batch=lambda b: len(_x(b)))
-    trainer = Trainer(model=AnyBatchModel.make(), device=make_device(), train_dataloader=spec, max_duration='2ba',
+    trainer = Trainer(model=any_batch_model(_x), device=make_device(), train_dataloader=spec, max_duration='2ba',
                       progress_bar=False, precision='fp32')
     trainer.fit()
     assert [p for p, _ in seen] == ['device', 'device']

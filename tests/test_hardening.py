@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, make_device
 from torch.utils.data import DataLoader
-from workload import Probe, loader, trainer
+from workload import Probe, any_batch_model, loader, trainer
 
 import compatshim
 from compatshim import _loop_frames, _registry
@@ -122,23 +122,6 @@ def _collate(kind: str) -> Any:
     return collate
 
 
-def _model() -> Any:
-    from composer.models import ComposerModel
-
-    class Model(ComposerModel):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
-
-        def forward(self, batch: Any) -> torch.Tensor:
-            return self.linear(_x(batch).cpu() if isinstance(batch, Record) else _x(batch))
-
-        def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
-            return outputs.pow(2).mean()
-
-    return Model()
-
-
 def _shape_of(batch: Any) -> Any:
     """Types and placements, recursively: what 'the same behaviour as Composer's batch_to_device' compares."""
     if isinstance(batch, torch.Tensor):
@@ -168,7 +151,7 @@ def test_structures_match_composers_batch_to_device(kind: str) -> None:
     data = [torch.randn(4) for _ in range(8)]
     spec = DataSpec(DataLoader(data, batch_size=4, collate_fn=_collate(kind)), device_transforms=transform,
                     get_num_samples_in_batch=lambda b: len(_x(b)), split_batch=lambda b, n: [b])
-    Trainer(model=_model(), device=make_device(), train_dataloader=spec, max_duration='2ba', progress_bar=False,
+    Trainer(model=any_batch_model(_x), device=make_device(), train_dataloader=spec, max_duration='2ba', progress_bar=False,
             precision='fp32').fit()
     expected = _shape_of(make_device().batch_to_device(_collate(kind)(data[:4])))
     assert seen == [expected, expected]

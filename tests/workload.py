@@ -102,3 +102,25 @@ def steps(recorder: Recorder, per_step: int) -> list[torch.Tensor]:
     seen = [x for _, x in recorder.seen]
     assert len(seen) % per_step == 0, f'{len(seen)} forwards do not split into steps of {per_step}'
     return [torch.cat(seen[i:i + per_step]) for i in range(0, len(seen), per_step)]
+
+
+def any_batch_model(inputs: Any) -> Any:
+    """A ComposerModel (Linear 4→1, loss: mean squared output) that finds its input tensor with ``inputs(batch)``.
+
+    Inputs Composer left on the host (objects it does not know how to move) are brought to the model's device.
+    """
+    from composer.models import ComposerModel
+
+    class Model(ComposerModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(N_FEATURES, 1)
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            x = inputs(batch)
+            return self.linear(x if x.device == self.linear.weight.device else x.to(self.linear.weight.device))
+
+        def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
+            return outputs.pow(2).mean()
+
+    return Model()
