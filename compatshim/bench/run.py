@@ -36,7 +36,6 @@ __all__ = ['LEGS', 'Leg', 'env_name', 'fingerprint', 'plan', 'run', 'summarize']
 WARMUP = 2
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Leg:
     """One way of running the workload.
@@ -47,7 +46,7 @@ class Leg:
         available: Whether this release has the leg.
         reason: Why not, when unavailable.
         shim: Whether the shim is enabled while the leg runs.
-        dataspec: Keyword arguments for ``DataSpec`` given the transform (``None`` for the no-transform leg).
+        dataspec: The ``DataSpec`` keyword arguments that pass the transform (none for the no-transform leg).
     """
 
     name: str
@@ -62,8 +61,8 @@ def plan(composer_version: str) -> list[Leg]:
     """The legs for a Composer release, in :data:`LEGS` order."""
     family = family_of(composer_version)
     affected = family is not None
-    native_mb = family in (Family.DROPPED, Family.REJECTED)
-    if family in (Family.DROPPED, Family.REJECTED):
+    native_mb = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
+    if native_mb:
         unpatched = Leg('unpatched', 'batch_transforms=fn, the workaround without the shim (host)', True,
                         dataspec=lambda fn: {'batch_transforms': fn})
     else:
@@ -189,7 +188,7 @@ def _trainer(leg: Leg, device: Any, size: Size, fn: Any) -> Any:
     from composer.optim import DecoupledSGDW
 
     model = bench_model()
-    kwargs = leg.dataspec(fn) if leg.name != 'no-transform' else {}
+    kwargs = leg.dataspec(fn)
     return Trainer(
         model=model,
         train_dataloader=DataSpec(bench_loader(size), **kwargs),
@@ -348,16 +347,19 @@ def run(
     say(f'{env}: legs {", ".join(leg.name for leg in legs)}; size {size_name}: {size}')
 
     started = time.perf_counter()
-    checks = _check(legs, device, size)
-    say(f'{env}: placement check done ({time.perf_counter() - started:.1f} s)')
+    try:
+        checks = _check(legs, device, size)
+        say(f'{env}: placement check done ({time.perf_counter() - started:.1f} s)')
 
-    fns = {leg.name: Augment(size.blur) for leg in legs}
-    timed: dict[str, Any] = {
-        name: (_Planted(fn, plant_slowdown, device) if plant_slowdown and name.startswith('shim') else fn)
-        for name, fn in fns.items()
-    }
-    trainers = _build(legs, lambda leg: _trainer(leg, _composer_device(device), size, timed[leg.name]))
-    windows, direct, peak = _time(legs, trainers, device, size, lambda msg: say(f'{env}: {msg}'), started)
+        fns = {leg.name: Augment(size.blur) for leg in legs}
+        timed: dict[str, Any] = {
+            name: (_Planted(fn, plant_slowdown, device) if plant_slowdown and name.startswith('shim') else fn)
+            for name, fn in fns.items()
+        }
+        trainers = _build(legs, lambda leg: _trainer(leg, _composer_device(device), size, timed[leg.name]))
+        windows, direct, peak = _time(legs, trainers, device, size, lambda msg: say(f'{env}: {msg}'), started)
+    finally:
+        compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
 
     samples = size.batch * size.steps
     leg_results: dict[str, Any] = {}
