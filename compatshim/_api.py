@@ -79,13 +79,17 @@ KILL_SWITCH = 'COMPATSHIM_DISABLE'
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
 
 
+def _switch() -> str:
+    return os.environ.get(KILL_SWITCH, '').strip().lower()
+
+
 def killed() -> bool:
     """Whether the :data:`KILL_SWITCH` environment variable turns the shim off.
 
     Raises:
         ValueError: The variable holds something other than the accepted values (named in the message).
     """
-    value = os.environ.get(KILL_SWITCH, '').strip().lower()
+    value = _switch()
     if value in _TRUE:
         return True
     if value in _FALSE:
@@ -114,7 +118,7 @@ def status() -> ShimStatus:
     elif table_family is not None:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
-        if os.environ.get(KILL_SWITCH, '').strip().lower() in _TRUE:
+        if _switch() in _TRUE:
             detail = f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so ' \
                      'enable() patches nothing.'
     else:

@@ -34,7 +34,9 @@ def _summary(result: dict) -> str:
         lines.append(f"  {leg:18}{data['placement']:14}{data['coherence']:34}"
                      f"{thr['median']:>9.0f} ± {thr['iqr']:<5.0f}")
     head = result['headline']
-    for metric in ('shim_vs_unpatched', 'shim_microbatch_vs_unpatched', 'shim_vs_no_transform'):
+    from compatshim.bench.compare import RATIO_METRICS
+
+    for metric in RATIO_METRICS:
         if head[metric]['n']:
             lines.append(f"  {metric:30} {head[metric]['median']:.3f} (IQR {head[metric]['iqr']:.3f})")
     lines.append(f"  {'shim overhead per batch':30} {head['overhead_us']['median']:.0f} µs "

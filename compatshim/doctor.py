@@ -55,25 +55,11 @@ def _devices() -> dict[str, bool]:
     return {'cuda': torch.cuda.is_available(), 'mps': bool(mps and mps.is_available())}
 
 
-def _device(kind: str) -> Any:
-    if kind == 'cuda':
-        from composer.devices import DeviceGPU
-
-        return DeviceGPU()
-    if kind == 'mps':
-        from composer.devices import DeviceMPS
-
-        return DeviceMPS()
-    from compatshim.testing import FakeAcceleratorDevice
-
-    return FakeAcceleratorDevice()
-
-
 def _self_check(kind: str, shim: bool) -> Leg:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from compatshim.testing import placement
+    from compatshim.testing import observable_device, placement
 
     leg = Leg(shim=shim)
     calls: dict[str, list[str]] = {'train': [], 'eval': [], 'predict': []}
@@ -109,7 +95,7 @@ def _self_check(kind: str, shim: bool) -> Leg:
         from composer.models import ComposerClassifier
 
         model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
-        trainer = Trainer(model=model, device=_device(kind), max_duration='2ba', device_train_microbatch_size=4,
+        trainer = Trainer(model=model, device=observable_device(kind), max_duration='2ba', device_train_microbatch_size=4,
                           train_dataloader=DataSpec(loader(), device_transforms=probe('train')), progress_bar=False,
                           precision='fp32', seed=0)
         trainer.fit()

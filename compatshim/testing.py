@@ -23,7 +23,14 @@ from typing import Any, Optional
 import torch
 from composer.devices import DeviceCPU, DeviceGPU
 
-__all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice', 'is_on_device', 'placement']
+__all__ = [
+    'FakeAcceleratorDevice',
+    'FakeAcceleratorTensor',
+    'FakeAutoMicrobatchDevice',
+    'is_on_device',
+    'observable_device',
+    'placement',
+]
 
 
 class FakeAcceleratorTensor(torch.Tensor):
@@ -107,6 +114,23 @@ class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
         pass
+
+
+def observable_device(kind: str) -> Any:
+    """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
+
+    Args:
+        kind: ``cpu``, ``cuda`` or ``mps``.
+    """
+    if kind == 'cuda':
+        from composer.devices import DeviceGPU
+
+        return DeviceGPU()
+    if kind == 'mps':
+        from composer.devices import DeviceMPS
+
+        return DeviceMPS()
+    return FakeAcceleratorDevice()
 
 
 def is_on_device(tensor: torch.Tensor) -> bool:

@@ -33,9 +33,8 @@ DEVICES = ('cpu', 'cuda', 'mps')
 
 
 def _clean_env() -> dict[str, str]:
-    """This process's environment without the outer tox env's markers, for the nested ``tox exec``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith('TOX_') and k != 'VIRTUAL_ENV'}
-    return env
+    """This process's environment without the outer tox env's markers, for the nested ``tox run``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith('TOX_') and k != 'VIRTUAL_ENV'}
 
 
 def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
@@ -57,7 +56,7 @@ def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
     for line in proc.stdout:
         log.append(line)
         # The bench's own progress lines start with the env name; the rest (installs, warnings) stays quiet.
-        if line.startswith(env) and ': window' in line or 'recorded baseline' in line or 'placement check' in line:
+        if (line.startswith(env) and ': window' in line) or 'recorded baseline' in line or 'placement check' in line:
             print(f'{prefix} {line.strip()}', flush=True)
     code = proc.wait()
     if code not in (0, 1):

@@ -26,16 +26,8 @@ DEVICE_MISSING = _device_missing()
 
 def make_device(auto_microbatching: bool = False) -> Any:
     """A fresh Composer Device for the device under test."""
-    if DEVICE == 'cpu':
-        from compatshim.testing import FakeAcceleratorDevice, FakeAutoMicrobatchDevice
+    from compatshim.testing import FakeAutoMicrobatchDevice, observable_device
 
-        return FakeAutoMicrobatchDevice() if auto_microbatching else FakeAcceleratorDevice()
-    if DEVICE == 'cuda':
-        from composer.devices import DeviceGPU
-
-        return DeviceGPU()
-    from composer.devices import DeviceMPS
-
-    return DeviceMPS()
-
-
+    if DEVICE == 'cpu' and auto_microbatching:
+        return FakeAutoMicrobatchDevice()
+    return observable_device(DEVICE)

@@ -39,6 +39,7 @@ __all__ = [
     'compare',
     'judge',
     'load_baseline',
+    'quartiles',
     'record_baseline',
 ]
 
@@ -75,15 +76,15 @@ class Judgement:
     tolerance: Optional[float] = None
 
 
-def _quartiles(samples: list[float]) -> tuple[float, float, float]:
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of a non-empty sample (inclusive method)."""
     if len(samples) == 1:
         return samples[0], samples[0], samples[0]
-    q1, q2, q3 = statistics.quantiles(samples, n=4, method='inclusive')
+    q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
     return q1, statistics.median(samples), q3
 
 
-def _spread(samples: list[float]) -> float:
-    q1, median, q3 = _quartiles(samples)
+def _spread(q1: float, median: float, q3: float) -> float:
     return (q3 - q1) / abs(median) if median else float('inf')
 
 
@@ -97,19 +98,17 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float) -
     """
     if not current:
         return Judgement('inconclusive', 'no samples in this run')
-    _, now, _ = _quartiles(current)
+    c_q1, now, c_q3 = quartiles(current)
     if not baseline:
         return Judgement('inconclusive', 'no baseline', current=now)
-    _, then, _ = _quartiles(baseline)
+    b_q1, then, b_q3 = quartiles(baseline)
     if min(len(current), len(baseline)) < MIN_WINDOWS:
         return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} windows', current=now, baseline=then)
-    spread = max(_spread(current), _spread(baseline))
+    spread = max(_spread(c_q1, now, c_q3), _spread(b_q1, then, b_q3))
     change = now / then - 1 if then else float('inf')
     if spread > MAX_SPREAD:
         return Judgement('inconclusive', f'too noisy: spread {spread:.1%} > {MAX_SPREAD:.0%}', now, then, change)
     tolerance = max(floor, SPREAD_FACTOR * spread)
-    c_q1, _, c_q3 = _quartiles(current)
-    b_q1, _, b_q3 = _quartiles(baseline)
     if change < -tolerance:
         if c_q3 < b_q1:
             return Judgement('regression', f'{change:+.1%} beyond ±{tolerance:.1%}', now, then, change, tolerance)

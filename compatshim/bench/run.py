@@ -18,7 +18,6 @@ import gc
 import os
 import platform
 import random
-import statistics
 import time
 from typing import Any, Callable, Optional, TextIO
 
@@ -28,6 +27,7 @@ import compatshim
 from compatshim._api import _installed
 from compatshim._support import TESTED_RELEASES, Family, family_of
 from compatshim.bench import LEGS
+from compatshim.bench.compare import quartiles
 from compatshim.bench.workload import SIZES, Augment, Size, bench_loader, bench_model
 
 __all__ = ['LEGS', 'Leg', 'env_name', 'fingerprint', 'plan', 'run', 'summarize']
@@ -129,15 +129,13 @@ def summarize(samples: list[float]) -> dict[str, Any]:
     """Median, quartiles, IQR, min, max and count of ``samples`` (``None`` fields for an empty list)."""
     if not samples:
         return {'median': None, 'q1': None, 'q3': None, 'iqr': None, 'min': None, 'max': None, 'n': 0}
-    if len(samples) == 1:
-        q1 = q3 = samples[0]
-    else:
-        q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
-    return {'median': statistics.median(samples), 'q1': q1, 'q3': q3, 'iqr': q3 - q1, 'min': min(samples),
-            'max': max(samples), 'n': len(samples)}
+    q1, median, q3 = quartiles(samples)
+    return {'median': median, 'q1': q1, 'q3': q3, 'iqr': q3 - q1, 'min': min(samples), 'max': max(samples),
+            'n': len(samples)}
 
 
 def _composer_device(device: str) -> Any:
+    """Composer's own Device for ``device`` (plain ``DeviceCPU`` on cpu: what the timed legs run on)."""
     from composer.devices import DeviceCPU, DeviceGPU, DeviceMPS
 
     return {'cpu': DeviceCPU, 'cuda': DeviceGPU, 'mps': DeviceMPS}[device]()
@@ -172,13 +170,14 @@ class _Observed:
     """Wraps the transform for the placement check: records where each call saw the batch."""
 
     def __init__(self, fn: Augment) -> None:
+        from compatshim.testing import placement
+
         self.fn = fn
+        self.placement = placement
         self.placements: list[str] = []
 
     def __call__(self, batch: Any) -> Any:
-        from compatshim.testing import placement
-
-        self.placements.append(placement(batch))
+        self.placements.append(self.placement(batch))
         return self.fn(batch)
 
 
@@ -222,11 +221,11 @@ def _build(legs: list[Leg], make: Callable[[Leg], Any]) -> dict[str, Any]:
 
 def _check(legs: list[Leg], device: str, size: Size) -> dict[str, dict[str, Any]]:
     """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
-    from compatshim.testing import FakeAcceleratorDevice, is_on_device
+    from compatshim.testing import is_on_device, observable_device
 
     results: dict[str, dict[str, Any]] = {}
     for leg in legs:
-        dev = FakeAcceleratorDevice() if device == 'cpu' else _composer_device(device)
+        dev = observable_device(device)
         moved = [0]
         to_device = dev.tensor_to_device
 
@@ -268,8 +267,7 @@ def _time(legs: list[Leg], trainers: dict[str, Any], device: str, size: Size, sa
     direct_batch = _composer_device(device).batch_to_device(list(next(iter(bench_loader(size)))))
     # The shim stays enabled for the whole timed loop: toggling it between windows measurably skews the next window
     # (enable() reads Composer's source to check its shape). The legs without the shim hold DataSpecs built while it
-    # was off, i.e. Composer's own objects; the placement check ran them with the shim off. Each fit() also spins the
-    # dataloader one batch per past epoch (Composer's sampler restore): the same cost for every leg of a round.
+    # was off, i.e. Composer's own objects; the placement check ran them with the shim off.
     compatshim.enable()
     try:
         for window in range(-WARMUP + 1, size.windows + 1):  # windows up to 0 are warm-up
@@ -343,7 +341,8 @@ def run(
         raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
     say = (lambda msg: print(msg, file=progress, flush=True)) if progress else (lambda msg: None)
     env = env_name(device)
-    legs = [leg for leg in plan(composer_version) if leg.available]
+    planned = plan(composer_version)
+    legs = [leg for leg in planned if leg.available]
     say(f'{env}: legs {", ".join(leg.name for leg in legs)}; size {size_name}: {size}')
 
     started = time.perf_counter()
@@ -363,7 +362,7 @@ def run(
 
     samples = size.batch * size.steps
     leg_results: dict[str, Any] = {}
-    for leg in plan(composer_version):
+    for leg in planned:
         if not leg.available:
             leg_results[leg.name] = {'available': False, 'description': leg.description, 'reason': leg.reason}
             continue
@@ -389,6 +388,7 @@ def run(
         """µs per step that ``leg`` spends beyond the no-transform leg plus one direct call of the transform."""
         return [((t - tn) / size.steps - d) * 1e6 for t, tn, d in zip(windows[leg], windows['no-transform'], direct)]
 
+    shim_overhead, unpatched_overhead = overhead('shim-batch'), overhead('unpatched')
     headline = {
         'shim_vs_unpatched': paired('shim-batch', 'unpatched'),
         'shim_microbatch_vs_unpatched': paired('shim-microbatch', 'unpatched'),
@@ -413,8 +413,8 @@ def run(
             # The shim's cost per batch beyond calling the transform directly on a batch already on the device; the
             # unpatched leg's figure is the same measure without the shim (cache and allocator effects of running
             # inside a trainer), so the shim's own share is the difference.
-            'overhead_us': {'windows': overhead('shim-batch'), **summarize(overhead('shim-batch'))},
-            'unpatched_overhead_us': {'windows': overhead('unpatched'), **summarize(overhead('unpatched'))},
+            'overhead_us': {'windows': shim_overhead, **summarize(shim_overhead)},
+            'unpatched_overhead_us': {'windows': unpatched_overhead, **summarize(unpatched_overhead)},
         },
         'elapsed_s': time.perf_counter() - started,
     }
