@@ -6,11 +6,15 @@ Usage, at the top of the training script (on every rank)::
     compatshim.enable()               # stage='batch': whole batch moved, fn once, then split
     compatshim.enable(stage='microbatch')  # or: each microbatch moved, then fn
 
+Or, without editing any script: ``compatshim run -- composer -n 8 train.py`` (every process of the run that
+imports Composer enables the shim itself).
+
 Importing this package patches nothing and imports neither torch nor Composer.
 """
 
 from compatshim._api import KILL_SWITCH, ShimStatus, Verdict, disable, enable, enabled, status
 from compatshim._stages import STAGES
+from compatshim._state import get_original, is_patched
 from compatshim.errors import (
     CompatShimError,
     CompatShimWarning,
@@ -37,5 +41,7 @@ __all__ = [
     'disable',
     'enable',
     'enabled',
+    'get_original',
+    'is_patched',
     'status',
 ]

@@ -1,4 +1,4 @@
-"""``python -m compatshim doctor|bench|report``."""
+"""``python -m compatshim run|doctor|bench|report``."""
 
 import sys
 

@@ -1,22 +1,48 @@
-"""The ``compatshim`` command: ``doctor``, ``bench`` and ``report``. Heavy imports happen inside each command."""
+"""The ``compatshim`` command: ``run``, ``doctor``, ``bench`` and ``report``. Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from compatshim._stages import STAGES
+
 __all__ = ['main']
 
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+EXIT_NOT_FOUND = 127
+
+
+def _run(args: argparse.Namespace) -> int:
+    from compatshim._bootstrap import child_environment, exec_command
+
+    command = list(args.command)
+    if command[:1] == ['--']:
+        command = command[1:]
+    if not command:
+        print('compatshim run: no command given; usage: compatshim run [--stage batch|microbatch] '
+              '[--allow-untested] -- COMMAND [ARGS...]', file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        env = child_environment(os.environ, args.stage, args.allow_untested)
+    except ValueError as exc:
+        print(f'{exc} (compatshim run: nothing was run)', file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        exec_command(command, env)
+    except OSError as exc:  # FileNotFoundError, PermissionError: exec never happened
+        print(f'compatshim run: cannot run {command[0]!r}: {exc.strerror or exc}', file=sys.stderr)
+        return EXIT_NOT_FOUND
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from compatshim import doctor
 
-    report = doctor.run(args.device)
+    report = doctor.run(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
     print(json.dumps(report, indent=2) if args.json else doctor.text(report))
     return int(report['exit_code'])
 
@@ -109,11 +135,25 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``compatshim`` console script and ``python -m compatshim``."""
     parser = argparse.ArgumentParser(prog='compatshim', description='Composer device_transforms compatibility shim.')
-    sub = parser.add_subparsers(dest='command', required=True)
+    sub = parser.add_subparsers(dest='subcommand', required=True)
+
+    run = sub.add_parser(
+        'run', help='run a command with the shim enabled in every Python process that imports Composer',
+        description='Run COMMAND with the shim enabled in every Python process of the run that imports Composer '
+                    '(launcher ranks, multiprocessing children, subprocesses), without editing any script.')
+    run.add_argument('--stage', choices=STAGES, default=None, help='default stage (default: batch)')
+    run.add_argument('--allow-untested', action='store_true',
+                     help='patch a Composer newer than the support table if its code has a known shape')
+    run.add_argument('command', nargs=argparse.REMAINDER, metavar='-- COMMAND [ARGS...]')
+    run.set_defaults(func=_run)
 
     doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
     doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
     doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
+    doctor.add_argument('--stage', choices=STAGES, default=None,
+                        help="stage the self-check enables (default: this process's, else batch)")
+    doctor.add_argument('--allow-untested', action='store_true',
+                        help='check a Composer release outside the support table (as enable(allow_untested=True))')
     doctor.set_defaults(func=_doctor)
 
     bench = sub.add_parser('bench', help='measure the legs on this release and compare with a baseline')
@@ -135,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rep.set_defaults(func=_report)
 
     args = parser.parse_args(argv)
-    if args.command == 'bench' and args.size is None:
+    if args.subcommand == 'bench' and args.size is None:
         args.size = 'cpu' if args.device == 'cpu' else 'gpu'
     return int(args.func(args))
 

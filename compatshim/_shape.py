@@ -2,20 +2,26 @@
 
 Run on every ``enable()`` before anything is patched. For a release in the support table a mismatch means a broken
 install; for an untested release (opted in) it is how the shim refuses code it has not seen.
+
+The checks read code objects, not source: the names a method and every function nested in it use
+(``co_names``), so byte-compiled installs without ``.py`` files are checked exactly like source installs. Other
+code's wrappers on a target (``functools.wraps``, wrapt) are seen through by ``__wrapped__``.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+import types
+from typing import Any, Callable, Optional
 
+from compatshim._state import describe
 from compatshim._support import Family
 from compatshim.errors import UnexpectedComposerShapeError
 
 __all__ = ['check_shape', 'detect_family']
 
-# (method, substrings its source must contain), per family. These are the call sites the patch plan relies on.
-_BATCH_HOOK = {Family.HOST: 'device_transforms(', Family.DROPPED: 'batch_transforms(', Family.REJECTED: 'batch_transforms('}
+# The names each method's code must use, per family: the call sites the patch plan relies on.
+_BATCH_HOOK = {Family.HOST: 'device_transforms', Family.DROPPED: 'batch_transforms', Family.REJECTED: 'batch_transforms'}
 _PARAMS = {
     Family.HOST: ({'device_transforms'}, {'batch_transforms', 'microbatch_transforms'}),
     Family.DROPPED: ({'device_transforms', 'batch_transforms', 'microbatch_transforms'}, set()),
@@ -23,11 +29,20 @@ _PARAMS = {
 }
 
 
-def _source(func: Callable[..., Any]) -> str:
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return ''
+def names_used(code: types.CodeType) -> set[str]:
+    """Every global and attribute name ``code`` and the code nested in it (closures, comprehensions) use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= names_used(const)
+    return names
+
+
+def _code(func: Callable[..., Any]) -> tuple[Optional[types.CodeType], Any]:
+    """The code object beneath ``func``'s wrappers, and the innermost object found."""
+    inner = inspect.unwrap(func)
+    inner = getattr(inner, '__func__', inner)
+    return getattr(inner, '__code__', None), inner
 
 
 def _problems(family: Family, data_spec_cls: type, trainer_cls: type) -> list[str]:
@@ -39,21 +54,29 @@ def _problems(family: Family, data_spec_cls: type, trainer_cls: type) -> list[st
     if extra := forbidden & params:
         problems.append(f'DataSpec.__init__ unexpectedly takes {sorted(extra)}')
     hook = _BATCH_HOOK[family]
-    calls = {
+    microbatch = [] if family is Family.HOST else ['microbatch_transforms']
+    uses = {
         '_train_loop': [hook],
-        '_train_microbatches': ['batch_to_device('] + ([] if family is Family.HOST else ['microbatch_transforms(']),
-        '_eval_loop': [hook, 'batch_to_device('] + ([] if family is Family.HOST else ['microbatch_transforms(']),
-        'predict': [hook, 'batch_to_device('],
+        '_train_microbatches': ['batch_to_device', *microbatch],
+        '_eval_loop': [hook, 'batch_to_device', *microbatch],
+        'predict': [hook, 'batch_to_device'],
     }
-    for name, needles in calls.items():
+    for name, needles in uses.items():
         method = getattr(trainer_cls, name, None)
         if not callable(method):
             problems.append(f'Trainer.{name} is missing')
             continue
-        source = _source(method)
-        for needle in needles:
-            if needle not in source:
-                problems.append(f'Trainer.{name} no longer calls {needle[:-1]}')
+        code, inner = _code(method)
+        if code is None:
+            problems.append(f'Trainer.{name} is {describe(inner)}, not a Python function')
+            continue
+        used = names_used(code)
+        missing = [needle for needle in needles if needle not in used]
+        if missing and getattr(inner, '__name__', None) != name:
+            problems.append(f'Trainer.{name} is {describe(inner)}, a wrapper that hides the method beneath it '
+                            '(it sets no __wrapped__)')
+            continue
+        problems.extend(f'Trainer.{name} no longer uses {needle}' for needle in missing)
     return problems
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from compatshim import _loop_frames, _stages
+from compatshim._state import STATE
 from compatshim.errors import CompatShimWarning, TransformResultError
 
 __all__ = ['BatchHook', 'MicrobatchHook']
@@ -71,7 +72,7 @@ def _apply(hook: 'BatchHook | MicrobatchHook', batch: Batch, stage: str) -> Batc
 
 
 def _stage_of(hook: 'BatchHook | MicrobatchHook') -> Optional[_stages.Stage]:
-    return hook.stage or _stages.current_default()
+    return hook.stage or STATE.stage
 
 
 def _warn_inactive(hook: 'BatchHook') -> None:
@@ -116,7 +117,7 @@ class BatchHook:
         if self.native is not None:
             batch = self.native(batch)
         stage = _stage_of(self)
-        if not _stages.is_active():
+        if STATE.stage is None:
             _warn_inactive(self)
             return _apply(self, batch, 'batch (shim disabled: on the host)')
         frame = _loop_frames.current_frame()
@@ -163,7 +164,7 @@ class MicrobatchHook:
         self.owner = owner
 
     def __call__(self, microbatch: Batch) -> Batch:
-        if _stages.is_active() and _stage_of(self) == 'microbatch':
+        if STATE.stage is not None and _stage_of(self) == 'microbatch':
             microbatch = _apply(self, microbatch, 'microbatch')
         return self.native(microbatch)
 

@@ -3,8 +3,13 @@
 Prints the Python, torch and Composer versions, the devices present, the verdict for this release from the support
 table, what ``enable()`` would patch, and a live self-check: a 2-step fit, an eval and a predict on the best device
 present (cuda, mps, else the CPU fake accelerator), with a probe ``device_transforms``, once without the shim and
-once with it. Exit codes: 0 fine (unaffected, or fixed by the shim), 1 affected and not fixed, 2 cannot tell
-(Composer missing, or a release outside the support table).
+once with it. The self-check runs in a child process (same interpreter, same ``sys.path``), so the calling process's
+shim state — enabled or not, stage, ``allow_untested``, family, patches — is exactly what it was.
+
+Exit codes: 0 fine (unaffected, or affected and fixed by the shim enabled in this process); 1 affected, and the shim
+fixes it here: add the one line (or the kill switch is set); 2 cannot tell (Composer or torch missing, a release
+outside the support table without ``--allow-untested``, or the asked-for device absent); 3 affected, and the shim
+does NOT fix it here (please report the output).
 """
 
 from __future__ import annotations
@@ -12,18 +17,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import platform
+import subprocess
 import sys
 import warnings
 from typing import Any, Optional, Sequence
 
 from compatshim import _api
 from compatshim._api import Verdict
+from compatshim._stages import validate_stage
+from compatshim._state import STATE
 
 __all__ = ['main', 'run', 'text']
 
-EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN = 0, 1, 2
+EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
 _PATCH_TARGETS = (
     'composer.core.data_spec.DataSpec.__init__',
     'composer.trainer.trainer.Trainer._train_loop',
@@ -116,9 +125,62 @@ def _self_check(kind: str, shim: bool) -> Leg:
     return leg
 
 
-def run(device: Optional[str] = None) -> dict[str, Any]:
-    """Gather the doctor's findings as a JSON-ready dict (see the README for its fields)."""
+def _child_main(argv: Sequence[str]) -> int:
+    """The self-check, in its own process: ``DEVICE|'' STAGE 0|1`` -> one JSON object on stdout."""
+    device, stage, untested = argv[0] or None, argv[1], argv[2] == '1'
+    out: dict[str, Any] = {'devices': {}, 'kind': None, 'missing': None, 'enable_error': None}
+    quiet = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        warnings.simplefilter('ignore')
+        import composer  # noqa: F401 - first, so that a compatshim run hook fires now, and is undone just below
+
+        _api.disable()
+        present = _devices()
+        kind = device or ('cuda' if present['cuda'] else 'mps' if present['mps'] else 'cpu')
+        out['devices'], out['kind'] = {'cpu': True, **present}, kind
+        if kind != 'cpu' and not present[kind]:
+            out['missing'] = f'--device {kind} was asked for, but torch finds no {kind} device here: cannot tell.'
+        else:
+            out['without_shim'] = dataclasses.asdict(_self_check(kind, shim=False))
+            try:
+                _api.enable(stage, allow_untested=untested)
+            except Exception as exc:  # noqa: BLE001 - the message is the finding (shape error, bad kill switch)
+                out['enable_error'] = f'{type(exc).__name__}: {exc}'
+            out['with_shim'] = dataclasses.asdict(_self_check(kind, shim=True))
+    print(json.dumps(out))
+    return 0
+
+
+def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, Any]:
+    from compatshim._bootstrap import BOOTSTRAP_DIR
+
+    path = [p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != BOOTSTRAP_DIR]
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path)}
+    code = 'import sys; from compatshim.doctor import _child_main; sys.exit(_child_main(sys.argv[1:]))'
+    proc = subprocess.run([sys.executable, '-c', code, device or '', stage, '1' if untested else '0'], env=env,
+                          capture_output=True, text=True, timeout=900, check=False)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {'crashed': f'the self-check process exited {proc.returncode}: {proc.stderr.strip()[-800:]}'}
+
+
+def run(device: Optional[str] = None, *, stage: Optional[str] = None,
+        allow_untested: Optional[bool] = None) -> dict[str, Any]:
+    """Gather the doctor's findings as a JSON-ready dict (see the README for its fields).
+
+    Never changes the calling process's shim state: the self-check runs in a child process.
+
+    Args:
+        device: ``cpu`` (the fake accelerator), ``cuda`` or ``mps``; default: the best one present.
+        stage: The stage the with-shim leg enables; default: this process's stage if enabled, else ``enable()``'s.
+        allow_untested: Check a release outside the support table; default: as this process was enabled, else
+            ``enable()``'s default.
+    """
     before = _api.status()
+    env_stage, env_untested = _api.settings_from_environment()
+    stage = validate_stage(stage) if stage is not None else (before.stage or env_stage)
+    untested = allow_untested if allow_untested is not None else (STATE.allow_untested or env_untested)
     report: dict[str, Any] = {
         'python': platform.python_version(),
         'torch': before.torch_version,
@@ -127,6 +189,8 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
         'verdict': before.verdict.value,
         'family': before.family,
         'detail': before.detail,
+        'stage': stage,
+        'allow_untested': untested,
         'would_patch': [],
         'kill_switch': os.environ.get(_api.KILL_SWITCH),
         'self_check': None,
@@ -136,49 +200,50 @@ def run(device: Optional[str] = None) -> dict[str, Any]:
     if before.composer_version is None or before.torch_version is None:
         report['summary'] = 'Composer or torch is not installed: nothing to check.'
         return report
-    present = _devices()
-    kind = device or ('cuda' if present['cuda'] else 'mps' if present['mps'] else 'cpu')
-    report['devices'] = {'cpu': True, **present}
-    if kind != 'cpu' and not present[kind]:
-        report['summary'] = f'--device {kind} was asked for, but torch finds no {kind} device here: cannot tell.'
-        return report
-    if before.verdict is Verdict.UNSUPPORTED:
-        report['summary'] = f'Composer {before.composer_version} is outside the support table: cannot tell.'
+    if before.verdict is Verdict.UNSUPPORTED and not untested:
+        report['summary'] = (f'Composer {before.composer_version} is outside the support table: cannot tell. Pass '
+                             '--allow-untested to check whether the shim patches it here.')
         return report
     was_active = before.verdict is Verdict.PATCHED
-    if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED):
+    if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
         report['would_patch'] = list(_PATCH_TARGETS)
-    quiet = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-        warnings.simplefilter('ignore')
-        _api.disable()
-        without = _self_check(kind, shim=False)
-        try:
-            _api.enable(stage=before.stage or 'batch')
-        except ValueError as exc:  # a COMPATSHIM_DISABLE value enable() does not understand
-            report['summary'] = str(exc)
-            return report
-        with_shim = _self_check(kind, shim=True)
-        if not was_active:
-            _api.disable()
-    report['self_check'] = {'device': 'fake accelerator (cpu)' if kind == 'cpu' else kind,
-                            'without_shim': dataclasses.asdict(without), 'with_shim': dataclasses.asdict(with_shim)}
+    child = _run_child(device, stage, untested)
+    if 'crashed' in child:
+        report['summary'] = child['crashed']
+        return report
+    report['devices'] = child['devices']
+    if child['missing']:
+        report['summary'] = child['missing']
+        return report
+    without, with_shim = Leg(**child['without_shim']), Leg(**child['with_shim'])
+    report['self_check'] = {'device': 'fake accelerator (cpu)' if child['kind'] == 'cpu' else child['kind'],
+                            'without_shim': child['without_shim'], 'with_shim': child['with_shim'],
+                            'enable_error': child['enable_error']}
     if without.fixed:
         report['exit_code'], report['summary'] = EXIT_OK, 'Unaffected: device_transforms runs on the device.'
     elif with_shim.fixed:
         report['exit_code'] = EXIT_OK if was_active else EXIT_AFFECTED
         report['summary'] = (
             'Affected; the shim fixes it here'
-            + (' and is enabled.' if was_active else ': add `import compatshim; compatshim.enable()` to your script.')
+            + (' and is enabled.' if was_active else ': add `import compatshim; compatshim.enable()` to your script, '
+               'or start it with `compatshim run -- ...`.')
         )
-    elif _api.killed():
+    elif _switch_set():
         report['exit_code'] = EXIT_AFFECTED
         report['summary'] = (f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let '
                              'the shim fix this.')
     else:
-        report['exit_code'] = EXIT_AFFECTED
-        report['summary'] = 'Affected, and the shim did NOT fix it here: please report this output.'
+        report['exit_code'] = EXIT_NOT_FIXED
+        reason = f" ({child['enable_error']})" if child['enable_error'] else ''
+        report['summary'] = f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
     return report
+
+
+def _switch_set() -> bool:
+    try:
+        return _api.killed()
+    except ValueError:
+        return False
 
 
 def text(report: dict[str, Any]) -> str:
@@ -209,10 +274,10 @@ def text(report: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``compatshim doctor ...``: the same as the console script (kept as an entry point)."""
+    """``python -m compatshim.doctor [options]``: the same as ``compatshim doctor [options]``."""
     from compatshim._cli import main as cli_main
 
-    return cli_main(argv)
+    return cli_main(['doctor', *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == '__main__':

@@ -3,7 +3,8 @@
 One file per row of ``compatshim._support.TESTED_RELEASES``: ``matrix/<env>.txt``, resolved by ``uv pip compile
 --universal`` (valid on Linux, macOS and Windows) for Python 3.11. The forward-compat row also gets
 ``matrix/<env>.overrides.txt``, which overrides Composer's upper pins on torch/torchvision; tox passes it to uv at
-install time as well (``UV_OVERRIDE``).
+install time as well (``UV_OVERRIDE``). An existing file's pins are kept where they still fit (uv reads it as its
+preferences), so adding a test requirement does not move every other pin.
 
 Usage: ``python matrix/lock.py [ENV_PREFIX ...]`` (default: every row). Needs ``uv`` on PATH and a registry.
 """
@@ -43,8 +44,13 @@ def lock(row: TestedRelease) -> None:
         command += ['--override', str(override_file(row))]
     with tempfile.NamedTemporaryFile('w', suffix='.in', delete=False) as spec:
         spec.write('\n'.join(top) + '\n-r ' + str(HERE / 'test-requirements.in') + '\n')
-    out = subprocess.run(command + [spec.name], check=True, capture_output=True, text=True).stdout
-    body = out.strip()
+    target = requirement_file(row)
+    with tempfile.TemporaryDirectory() as tmp:
+        preferences = pathlib.Path(tmp) / target.name
+        if target.exists():
+            preferences.write_text(target.read_text())
+        subprocess.run(command + ['--output-file', str(preferences), spec.name], check=True, capture_output=True)
+        body = preferences.read_text().strip()
     requirement_file(row).write_text(
         f'# Frozen by matrix/lock.py for {row.env}: Composer {row.composer}, torch {row.torch}, '
         f'torchvision {row.torchvision}. Do not edit by hand.\n' + body.replace(spec.name, 'matrix/test-requirements.in') + '\n',

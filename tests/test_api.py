@@ -11,7 +11,7 @@ from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH
 from workload import Probe, loader
 
 import compatshim
-from compatshim import _api, _registry
+from compatshim import _api, _state
 from compatshim._shape import check_shape, detect_family
 from compatshim._support import Family
 
@@ -85,8 +85,8 @@ def test_two_threads_enable_at_once() -> None:
     for t in threads:
         t.join()
     assert not errors and len(results) == 2
-    assert results[0].patches == results[1].patches == _registry.patched_targets()
-    assert len(set(_registry.patched_targets())) == len(_registry.patched_targets())
+    assert results[0].patches == results[1].patches == _state.patched_targets()
+    assert len(set(_state.patched_targets())) == len(_state.patched_targets())
     compatshim.disable()
     assert _same(before, _snapshot())
 
@@ -137,7 +137,7 @@ def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(compatshim.ComposerNotInstalledError, match='Composer is not installed'):
         compatshim.enable()
     assert compatshim.status().verdict is compatshim.Verdict.NOT_INSTALLED
-    assert _registry.patched_targets() == ()
+    assert _state.patched_targets() == ()
 
 
 def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +172,7 @@ def test_shape_mismatch_is_refused() -> None:
         with pytest.raises(compatshim.UnexpectedComposerShapeError, match='Nothing was patched'):
             check_shape(other, data_spec, trainer, COMPOSER)
         check_shape(FAMILY, data_spec, trainer, COMPOSER)
-    assert _registry.patched_targets() == ()
+    assert _state.patched_targets() == ()
 
 
 def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
@@ -184,11 +184,12 @@ def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
         pass
 
     before = dict(vars(Child))
-    _registry.patch(Child, 'f', lambda self: 'patched')
-    assert Child().f() == 'patched' and _registry.is_patched(Child, 'f')
+    _state.patch(Child, 'f', lambda original, record: lambda self: 'patched')
+    assert Child().f() == 'patched' and compatshim.is_patched(Child, 'f')
+    assert compatshim.get_original(Child, 'f') is Base.f
     with pytest.raises(RuntimeError, match='already patched'):
-        _registry.patch(Child, 'f', lambda self: 'twice')
-    _registry.restore_all()
+        _state.patch(Child, 'f', lambda original, record: lambda self: 'twice')
+    _state.restore_all()
     assert dict(vars(Child)) == before and 'f' not in vars(Child) and Child().f() == 'base'
 
 

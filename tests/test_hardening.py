@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from workload import Probe, any_batch_model, loader, trainer
 
 import compatshim
-from compatshim import _loop_frames, _registry
+from compatshim import _loop_frames, _state
 from compatshim._support import Family
 from compatshim.testing import placement
 
@@ -56,7 +56,7 @@ def _nothing_left_open(device: Any) -> None:
 @pytest.mark.parametrize('stage', STAGES)
 def test_transform_exception_propagates_unchanged(stage: str) -> None:
     compatshim.enable(stage=stage)
-    patched = _registry.patched_targets()
+    patched = _state.patched_targets()
     device = make_device()
     t, _ = trainer(device, train_dataloader=_spec(failing_transform), max_duration='2ba', device_train_microbatch_size=4)
     with pytest.raises(UserAugmentError) as info:
@@ -64,7 +64,7 @@ def test_transform_exception_propagates_unchanged(stage: str) -> None:
     assert type(info.value) is UserAugmentError and str(info.value) == 'boom in the user transform'
     assert traceback.extract_tb(info.value.__traceback__)[-1].name == 'failing_transform'
     _nothing_left_open(device)
-    assert _registry.patched_targets() == patched  # nothing half-patched or half-restored
+    assert _state.patched_targets() == patched  # nothing half-patched or half-restored
     # The same process trains normally afterwards.
     probe = Probe()
     t2, _ = trainer(make_device(), train_dataloader=_spec(probe), max_duration='2ba', device_train_microbatch_size=4)

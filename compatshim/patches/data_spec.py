@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from compatshim import _registry, _stages
+from compatshim import _stages, _state
 from compatshim._support import Family
 from compatshim._transforms import BatchHook, MicrobatchHook
 
@@ -54,11 +54,15 @@ def _describe(data_spec: Any) -> str:
     return f'DataSpec(dataloader={type(loader).__name__}{over})'
 
 
-def _make_init(original: Callable[..., None], family: Family) -> Callable[..., None]:
+def _make_init(original: Callable[..., None], record: _state.Patch, family: Family) -> Callable[..., None]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def __init__(self: Any, *args: Any, data_transfer_stage: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not record.active:  # switched off beneath another wrapper: Composer's own behaviour, keywords and all
+            original(self, *args, **kwargs)
+            return
+        data_transfer_stage = kwargs.pop('data_transfer_stage', None)
         stage = None if data_transfer_stage is None else _stages.validate_stage(
             data_transfer_stage,
             what='DataSpec data_transfer_stage',
@@ -82,4 +86,4 @@ def _make_init(original: Callable[..., None], family: Family) -> Callable[..., N
 
 def instrument(data_spec_cls: type, family: Family) -> None:
     """Wrap ``DataSpec.__init__`` for ``family``."""
-    _registry.patch(data_spec_cls, '__init__', _make_init(data_spec_cls.__init__, family))
+    _state.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))

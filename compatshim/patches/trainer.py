@@ -1,7 +1,8 @@
 """Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame.
 
 The wrappers add nothing to the loops but a frame (:mod:`compatshim._loop_frames`) naming the trainer's device, so
-that the DataSpec hooks can move a batch through ``state.device.batch_to_device`` as Composer itself does.
+that the DataSpec hooks can move a batch through ``state.device.batch_to_device`` as Composer itself does. Switched
+off (``disable()`` under another wrapper), a wrapper calls the loop and nothing else.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from compatshim import _loop_frames, _registry
+from compatshim import _loop_frames, _state
 
 __all__ = ['LOOPS', 'instrument']
 
@@ -17,10 +18,12 @@ __all__ = ['LOOPS', 'instrument']
 LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict': 'predict'}
 
 
-def _make_loop(original: Callable[..., Any], mode: str) -> Callable[..., Any]:
+def _make_loop(original: Callable[..., Any], record: _state.Patch, mode: str) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not record.active:
+            return original(self, *args, **kwargs)
         with _loop_frames.loop_frame(self.state.device, mode):
             return original(self, *args, **kwargs)
 
@@ -30,4 +33,4 @@ def _make_loop(original: Callable[..., Any], mode: str) -> Callable[..., Any]:
 def instrument(trainer_cls: type) -> None:
     """Wrap each loop of ``trainer_cls`` in a loop frame."""
     for name, mode in LOOPS.items():
-        _registry.patch(trainer_cls, name, _make_loop(getattr(trainer_cls, name), mode))
+        _state.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode))

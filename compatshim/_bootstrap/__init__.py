@@ -1,0 +1,57 @@
+"""``compatshim run``: start a command with the shim armed in every Python process of the run.
+
+After ``ddtrace-run`` and ``opentelemetry-instrument``: this package's directory (:data:`BOOTSTRAP_DIR`, inside the
+installed package, never a temporary one) goes first on ``PYTHONPATH``, and the settings go into environment
+variables; every Python process started from the command — Composer's launcher and its ranks, ``multiprocessing``
+spawn/forkserver children, subprocesses — inherits both. Its ``sitecustomize`` (the file beside this one) chains to
+any ``sitecustomize`` that was already there and arms an import hook that calls ``compatshim.enable()`` once Composer
+has been imported. A process that never imports Composer imports nothing of torch, Composer or ``compatshim``.
+
+Environment (documented in the README):
+
+- ``COMPATSHIM_STAGE``: the default stage of ``enable()`` (``batch`` or ``microbatch``);
+- ``COMPATSHIM_ALLOW_UNTESTED``: ``1`` to patch an untested release whose code has a known shape;
+- ``COMPATSHIM_DISABLE``: the kill switch; it still wins (``enable()`` patches nothing and warns).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, NoReturn, Optional, Sequence
+
+from compatshim._api import ALLOW_UNTESTED_VAR, STAGE_VAR, killed, settings_from_environment
+
+__all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command']
+
+#: The directory whose ``sitecustomize.py`` arms the import hook. It holds nothing else that could be imported.
+BOOTSTRAP_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_untested: bool) -> dict[str, str]:
+    """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings.
+
+    Raises:
+        ValueError: ``stage``, or a setting already in ``environ``, is not understood (the message names it).
+    """
+    env = dict(environ)
+    if stage is not None:
+        env[STAGE_VAR] = stage
+    if allow_untested:
+        env[ALLOW_UNTESTED_VAR] = '1'
+    rest = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p and os.path.abspath(p) != BOOTSTRAP_DIR]
+    env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *rest])
+    saved = dict(os.environ)
+    try:  # validate now, in the parent, rather than in every rank after it started
+        os.environ.clear()
+        os.environ.update(env)
+        settings_from_environment()
+        killed()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return env
+
+
+def exec_command(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``command`` (looked up on ``PATH``) in ``env``."""
+    os.execvpe(command[0], list(command), dict(env))

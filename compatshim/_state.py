@@ -1,0 +1,178 @@
+"""Everything the shim knows about this process, in one object: :data:`STATE`.
+
+After gevent's ``monkey._state`` and OpenTelemetry's ``BaseInstrumentor``: whether the shim is on and with which
+default stage, the family its patches were made for, whether an untested release was opted in, every attribute it
+replaced with what was there before, and the lock that serialises ``enable()``/``disable()``.
+
+Each replaced attribute is a :class:`Patch`. Its replacement (built by ``patches/``) checks ``patch.active`` on every
+call and passes straight through to the original when it is off. :func:`restore_all` puts an original back only while
+the attribute still holds the shim's own replacement; when something else (an APM agent, a tracer, a profiler) has
+wrapped it since, putting the original back would remove that wrapper, so the shim's replacement is left in that chain,
+switched off, and a :class:`~compatshim.errors.CompatShimWarning` names it. A later :func:`patch` of the same target
+switches that replacement back on if it is still reachable beneath the other wrapper (``__wrapped__``), instead of
+stacking a second one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from typing import Any, Callable, Optional
+
+from compatshim._stages import Stage
+from compatshim.errors import CompatShimWarning
+
+__all__ = [
+    'STATE',
+    'Patch',
+    'ShimState',
+    'describe',
+    'get_original',
+    'is_patched',
+    'label',
+    'patch',
+    'patched_targets',
+    'restore_all',
+]
+
+MISSING: Any = object()
+
+
+@dataclasses.dataclass(eq=False)
+class Patch:
+    """One attribute the shim replaced."""
+
+    owner: type
+    name: str
+    #: What ``vars(owner)[name]`` held before the shim, or :data:`MISSING` when the owner only inherited it.
+    saved: Any
+    #: What the shim's replacement calls: the attribute as it resolved before the shim (inherited ones included).
+    original: Any
+    replacement: Any = None
+    #: Read by the replacement on every call; off: a pure pass-through to :attr:`original`.
+    active: bool = True
+
+    @property
+    def label(self) -> str:
+        return label(self.owner, self.name)
+
+    def is_on_top(self) -> bool:
+        """Whether the owner's attribute is still the shim's own replacement (nothing wrapped it since)."""
+        return vars(self.owner).get(self.name, MISSING) is self.replacement
+
+    def is_reachable(self) -> bool:
+        """Whether the replacement is still in the attribute's ``__wrapped__`` chain (someone else's wrapper on top)."""
+        func = vars(self.owner).get(self.name, MISSING)
+        for _ in range(64):  # a chain this deep is a cycle
+            if func is self.replacement:
+                return True
+            func = getattr(func, '__wrapped__', MISSING)
+            if func is MISSING:
+                return False
+        return False
+
+
+@dataclasses.dataclass(eq=False)
+class ShimState:
+    """The process's shim state. Read on every batch (``stage``), written under ``lock``."""
+
+    lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
+    #: The default stage while the shim is on; ``None`` while it is off.
+    stage: Optional[Stage] = None
+    #: The family the active patches were made for (an opted-in untested release has none in the table).
+    family: Optional[Any] = None
+    #: Whether ``enable(allow_untested=True)`` patched a release outside the support table.
+    allow_untested: bool = False
+    #: Live patches, in patch order.
+    patches: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
+    #: Switched-off replacements left beneath another wrapper by ``disable()``, to switch back on by the next patch.
+    detached: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
+    #: One-per-process warnings already given (by key).
+    warned: set[str] = dataclasses.field(default_factory=set)
+
+    @property
+    def active(self) -> bool:
+        return self.stage is not None
+
+
+#: The one state object of this process.
+STATE = ShimState()
+
+
+def label(owner: type, name: str) -> str:
+    return f'{owner.__module__}.{owner.__qualname__}.{name}'
+
+
+def patch(owner: type, name: str, make: Callable[[Any, Patch], Any]) -> Patch:
+    """Replace ``owner.name`` with ``make(original, record)``, remembering what was there.
+
+    If an earlier ``disable()`` left the shim's replacement switched off beneath another wrapper, and it is still
+    there, it is switched back on instead: the other wrapper stays on top, and nothing is stacked twice.
+
+    Raises:
+        RuntimeError: If the target is already patched (an internal error: callers check first).
+    """
+    key = (owner, name)
+    if key in STATE.patches:
+        raise RuntimeError(f'compatshim: {label(owner, name)} is already patched')
+    old = STATE.detached.pop(key, None)
+    if old is not None and old.is_reachable():
+        old.active = True
+        STATE.patches[key] = old
+        return old
+    record = Patch(owner, name, vars(owner).get(name, MISSING), getattr(owner, name))
+    record.replacement = make(record.original, record)
+    STATE.patches[key] = record
+    setattr(owner, name, record.replacement)
+    return record
+
+
+def restore_all() -> None:
+    """Undo every live patch, newest first: restore exactly where the shim is on top, else switch off and warn."""
+    left: list[str] = []
+    for key in reversed(list(STATE.patches)):
+        record = STATE.patches.pop(key)
+        record.active = False
+        if record.is_on_top():
+            if record.saved is MISSING:
+                delattr(record.owner, record.name)
+            else:
+                setattr(record.owner, record.name, record.saved)
+        elif record.is_reachable():
+            STATE.detached[key] = record
+            on_top = vars(record.owner).get(record.name)
+            left.append(f'{record.owner.__qualname__}.{record.name} (now {describe(on_top)})')
+        # else: someone replaced the attribute outright (without keeping ours): nothing of ours is left to restore.
+    if left:
+        warnings.warn(
+            'compatshim.disable(): ' + ', '.join(reversed(left)) + ' were wrapped by other code after enable(); '
+            "the shim's wrappers were left beneath them as inert pass-throughs, so that code keeps working. "
+            'Composer behaves as without the shim.',
+            CompatShimWarning,
+            stacklevel=3,
+        )
+
+
+def describe(obj: Any) -> str:
+    """``module.qualname`` of a function or object, for messages."""
+    module = getattr(obj, '__module__', None) or type(obj).__module__
+    name = getattr(obj, '__qualname__', None) or type(obj).__qualname__
+    return f'{module}.{name}'
+
+
+def is_patched(owner: type, name: str) -> bool:
+    """Whether the shim's replacement of ``owner.name`` is live (on top, or beneath another wrapper)."""
+    record = STATE.patches.get((owner, name))
+    return record is not None and record.active and (record.is_on_top() or record.is_reachable())
+
+
+def get_original(owner: type, name: str) -> Any:
+    """What ``owner.name`` resolved to before the shim patched it; the current attribute when it is not patched."""
+    record = STATE.patches.get((owner, name))
+    return record.original if record is not None else getattr(owner, name)
+
+
+def patched_targets() -> tuple[str, ...]:
+    """Dotted names of every attribute currently patched, in patch order."""
+    return tuple(record.label for record in STATE.patches.values())

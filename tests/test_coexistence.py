@@ -1,0 +1,197 @@
+"""Living with other instrumentation: an APM agent, tracer or profiler wrapping the same Composer methods.
+
+Each foreign wrapper is a real one — a ``functools.wraps`` wrapper, as ddtrace/Sentry-style agents write them, and a
+``wrapt`` wrapper, as OpenTelemetry's instrumentations do — installed after ``enable()`` or before it, across
+enable/disable/enable, then removed by its owner. The shim must never remove it, and must never leave itself active
+where it said it was off.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable
+
+import pytest
+import wrapt
+from conftest import IS_AFFECTED, NEEDS_PATCH, make_device
+from workload import Probe, loader, trainer
+
+import compatshim
+
+pytestmark = pytest.mark.device
+
+TARGETS = [('composer.trainer.trainer', 'Trainer', '_train_loop'), ('composer.core.data_spec', 'DataSpec', '__init__')]
+
+
+class Agent:
+    """A foreign patcher: wraps ``owner.name``, counts calls, and unpatches by putting back what it saw."""
+
+    def __init__(self, owner: type, name: str, kind: str) -> None:
+        self.owner, self.name, self.kind, self.calls = owner, name, kind, 0
+        self.saw = vars(owner)[name]
+        if kind == 'functools':
+            inner = self.saw
+
+            @functools.wraps(inner)
+            def traced(*args: Any, **kwargs: Any) -> Any:
+                self.calls += 1
+                return inner(*args, **kwargs)
+
+            setattr(owner, name, traced)
+        else:
+            def traced_wrapt(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+                self.calls += 1
+                return wrapped(*args, **kwargs)
+
+            wrapt.wrap_function_wrapper(owner, name, traced_wrapt)
+        self.wrapper = vars(owner)[name]
+
+    def is_on_top(self) -> bool:
+        return vars(self.owner)[self.name] is self.wrapper
+
+    def unpatch(self) -> None:
+        assert self.is_on_top(), 'the agent expects its own wrapper to still be there'
+        setattr(self.owner, self.name, self.saw)
+
+
+def _classes() -> dict[str, type]:
+    from composer.core.data_spec import DataSpec
+    from composer.trainer.trainer import Trainer
+
+    return {'Trainer': Trainer, 'DataSpec': DataSpec}
+
+
+def _snapshot() -> list[dict[str, Any]]:
+    return [dict(vars(cls)) for cls in _classes().values()]
+
+
+def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    return all(x.keys() == y.keys() and all(x[k] is y[k] for k in x) for x, y in zip(a, b))
+
+
+def _one_step() -> str:
+    """Train one step with a probe ``device_transforms``: where it ran, ``never called``, or ``TypeError``."""
+    from composer.core import DataSpec
+
+    probe = Probe()
+    try:
+        spec, rejected = DataSpec(loader(8), device_transforms=probe), False
+    except TypeError:  # 0.29+ without the shim; train anyway, so that the loops (and their wrappers) run
+        spec, rejected = DataSpec(loader(8)), True
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='1ba', device_train_microbatch_size=4)
+    t.fit()
+    if rejected:
+        return 'TypeError'
+    return probe.calls[0].placement if probe.calls else 'never called'
+
+
+#: What one step gives without the shim (Composer's own behaviour) on this release.
+UNPATCHED = None
+
+
+def _unpatched() -> str:
+    global UNPATCHED
+    if UNPATCHED is None:
+        UNPATCHED = _one_step()
+    return UNPATCHED
+
+
+AGENTS = pytest.mark.parametrize('kind', ['functools', 'wrapt'])
+WHERE = pytest.mark.parametrize('target', TARGETS, ids=[f'{c}.{n}' for _, c, n in TARGETS])
+
+
+@NEEDS_PATCH
+@AGENTS
+@WHERE
+def test_agent_after_enable_survives_disable_and_reenable(kind: str, target: tuple[str, str, str]) -> None:
+    owner, name = _classes()[target[1]], target[2]
+    pristine = _snapshot()
+    unpatched = _unpatched()
+    assert unpatched != 'device', 'an affected release must not place the transform on the device by itself'
+    compatshim.enable()
+    ours = vars(owner)[name]
+    agent = Agent(owner, name, kind)
+
+    with pytest.warns(compatshim.CompatShimWarning, match=rf'{target[1]}\.{name} \(now .*\) were wrapped by other code'):
+        compatshim.disable()
+    assert agent.is_on_top(), "disable() removed another library's wrapper"
+    assert compatshim.status().verdict is compatshim.Verdict.AFFECTED and not compatshim.is_patched(owner, name)
+    calls = agent.calls
+    assert _one_step() == unpatched, 'switched off, the shim must behave exactly as without it'
+    assert agent.calls > calls, "the other library's wrapper must still run"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        compatshim.enable()
+    assert agent.is_on_top() and compatshim.is_patched(owner, name)
+    assert agent.wrapper.__wrapped__ is ours, 're-enable must switch the old wrapper back on, not stack a new one'
+    calls = agent.calls
+    assert _one_step() == 'device'
+    assert agent.calls > calls
+
+    agent.unpatch()  # the agent leaves; the shim is on top again and restores exactly
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        compatshim.disable()
+    assert _same(pristine, _snapshot())
+
+
+@NEEDS_PATCH
+@AGENTS
+@WHERE
+def test_agent_before_enable_is_kept_beneath(kind: str, target: tuple[str, str, str]) -> None:
+    owner, name = _classes()[target[1]], target[2]
+    pristine = _snapshot()
+    agent = Agent(owner, name, kind)
+    with_agent = _snapshot()
+    for stage in ('batch', 'microbatch'):  # enable/disable/enable
+        compatshim.enable(stage=stage)
+        assert compatshim.get_original(owner, name) is getattr(owner, name).__wrapped__
+        calls = agent.calls
+        assert _one_step() == 'device'
+        assert agent.calls > calls, "the other library's wrapper must run beneath the shim"
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            compatshim.disable()
+        assert _same(with_agent, _snapshot()), 'disable() must put back exactly what the agent had installed'
+    agent.unpatch()
+    assert _same(pristine, _snapshot())
+
+
+def test_agent_on_an_unaffected_or_patched_release_never_breaks_training() -> None:
+    """On every release (0.24.1 included): an agent on the train loop, the shim on and off, the step still runs."""
+    owner = _classes()['Trainer']
+    agent = Agent(owner, '_train_loop', 'functools')
+    try:
+        compatshim.enable()
+        assert _one_step() == 'device'
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            compatshim.disable()
+        assert _one_step() == ('device' if not IS_AFFECTED else _unpatched())
+        assert agent.calls == 2
+    finally:
+        compatshim.disable()
+        if agent.is_on_top():
+            agent.unpatch()
+
+
+@NEEDS_PATCH
+def test_an_attribute_replaced_outright_is_left_alone() -> None:
+    """Someone put a function back without keeping the shim's wrapper: disable() must not overwrite it."""
+    owner = _classes()['Trainer']
+    original = vars(owner)['_train_loop']
+    compatshim.enable()
+
+    def replacement(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *args, **kwargs)
+
+    owner._train_loop = replacement
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            compatshim.disable()
+        assert vars(owner)['_train_loop'] is replacement
+    finally:
+        owner._train_loop = original
