@@ -232,7 +232,13 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
                 UnsupportedComposerWarning,
             )
             return status()
-        STATE.family = _instrument(family, composer)
+        if STATE.enabling:  # re-entered from compatshim run's import hook, fired by _instrument's own import
+            return status()
+        STATE.enabling = True
+        try:
+            STATE.family = _instrument(family, composer)
+        finally:
+            STATE.enabling = False
         STATE.allow_untested = family is None
         STATE.stage = valid_stage
         return status()

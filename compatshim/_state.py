@@ -88,6 +88,9 @@ class ShimState:
     patches: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
     #: Switched-off replacements left beneath another wrapper by ``disable()``, to switch back on by the next patch.
     detached: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
+    #: True while ``enable()`` imports and patches Composer: a re-entrant call (``compatshim run``'s import hook,
+    #: fired by that very import) must leave the work to the outer call.
+    enabling: bool = False
     #: One-per-process warnings already given (by key).
     warned: set[str] = dataclasses.field(default_factory=set)
 

@@ -77,5 +77,24 @@ def _always_disabled_after() -> Iterator[None]:
     compatshim.disable()
 
 
+@pytest.fixture
+def dev_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The installed Composer's code, reporting itself as the development head ``0.33.0.dev0``.
+
+    A ``mosaicml-0.33.0.dev0.dist-info`` goes first on ``sys.path`` (and on ``PYTHONPATH``, for child processes), so
+    that ``importlib.metadata`` sees a release outside the support table whose patch targets are those of the
+    installed one — as on Composer's real development head, whose targets are unchanged since 0.32.1.
+    """
+    version = '0.33.0.dev0'
+    root = tmp_path / 'dev-build'
+    dist = root / f'mosaicml-{version}.dist-info'
+    dist.mkdir(parents=True)
+    (dist / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: mosaicml\nVersion: {version}\n')
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(filter(None, [str(root), os.environ.get('PYTHONPATH')])))
+    assert importlib.metadata.version('mosaicml') == version
+    return version
+
+
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line('markers', 'stage(name): the stage the shim leg enables')
