@@ -8,7 +8,7 @@ import enum
 import importlib.metadata
 import os
 import warnings
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 from packaging.version import InvalidVersion, Version
 
@@ -97,37 +97,45 @@ def _switch() -> str:
     return os.environ.get(KILL_SWITCH, '').strip().lower()
 
 
-def _flag(variable: str, meaning: str) -> bool:
-    value = os.environ.get(variable, '').strip().lower()
+def _flag(variable: str, meaning: str, environ: Mapping[str, str]) -> bool:
+    value = environ.get(variable, '').strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
     raise ValueError(
-        f'compatshim: {variable}={os.environ[variable]!r} is not understood; use 1, true, yes or on to {meaning}, or '
+        f'compatshim: {variable}={environ[variable]!r} is not understood; use 1, true, yes or on to {meaning}, or '
         '0, false, no, off (or unset it) for the default.',
     )
 
 
-def killed() -> bool:
+def killed(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether the :data:`KILL_SWITCH` environment variable turns the shim off.
+
+    Args:
+        environ: The environment to read (default: this process's).
 
     Raises:
         ValueError: The variable holds something other than the accepted values (named in the message).
     """
-    return _flag(KILL_SWITCH, 'turn the shim off (enable() then patches nothing)')
+    return _flag(KILL_SWITCH, 'turn the shim off (enable() then patches nothing)',
+                 os.environ if environ is None else environ)
 
 
-def settings_from_environment() -> tuple[_stages.Stage, bool]:
+def settings_from_environment(environ: Optional[Mapping[str, str]] = None) -> tuple[_stages.Stage, bool]:
     """The default stage and ``allow_untested`` from :data:`STAGE_VAR` and :data:`ALLOW_UNTESTED_VAR`.
+
+    Args:
+        environ: The environment to read (default: this process's).
 
     Raises:
         ValueError: A variable holds something other than the accepted values (named in the message).
     """
-    stage = os.environ.get(STAGE_VAR, '').strip() or 'batch'
+    environ = os.environ if environ is None else environ
+    stage = environ.get(STAGE_VAR, '').strip() or 'batch'
     return (
         _stages.validate_stage(stage, what=f'stage in {STAGE_VAR}'),
-        _flag(ALLOW_UNTESTED_VAR, 'patch releases outside the support table whose code has a known shape'),
+        _flag(ALLOW_UNTESTED_VAR, 'patch releases outside the support table whose code has a known shape', environ),
     )
 
 

@@ -1,4 +1,10 @@
-"""Two ranks under Composer's own launcher (``composer -n 2``; gloo on the CPU): each rank placed and coherent.
+"""Ranks under Composer's own launcher (gloo on the CPU): each rank placed and coherent, shards disjoint.
+
+Two topologies — one node of 2 ranks (``composer -n 2``), and two nodes of 2 ranks simulated on this machine by two
+launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 127.0.0.1``) — and three legs: the
+script enables the shim itself (``shim``), the script does not and the launcher is started under
+``compatshim run`` (``run``), and neither (``control``, strict xfail on affected releases). All launches run
+concurrently to keep the matrix fast.
 
 Coherence is per rank, as in 0.24.1: Composer seeds each rank with seed + rank, so each rank draws its own
 parameters once per step, and every microbatch on that rank carries that rank's draw.
@@ -8,15 +14,24 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import DEVICE, LEGS
+from conftest import CONTROL, DEVICE, REPRESENTATIVE
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device,
+              pytest.mark.skipif(DEVICE != 'cpu', reason='several ranks on one accelerator need several devices; '
+                                                         'the cpu legs use gloo')]
 JOB = Path(__file__).resolve().parent / 'multirank_job.py'
+TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks per node)
+#: The two-node launch tests the launcher's multi-node plumbing, which depends on the release only through its
+#: family: it runs on the newest release of each family (conftest.REPRESENTATIVE); one node runs on every release.
+RUN_TOPOLOGIES = list(TOPOLOGIES) if REPRESENTATIVE else ['one-node']
+LEGS = ('shim', 'run', 'control')
 
 
 def _launcher() -> str:
@@ -26,28 +41,67 @@ def _launcher() -> str:
     return str(launcher)
 
 
-@pytest.mark.skipif(DEVICE != 'cpu', reason='two ranks on one accelerator need two devices; the cpu leg uses gloo')
-@pytest.mark.parametrize('leg', LEGS, indirect=True)
-def test_two_ranks(leg: str, tmp_path: Path) -> None:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return int(s.getsockname()[1])
+
+
+def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # type: ignore[type-arg]
+    nodes, nproc = TOPOLOGIES[topology]
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONPATH': os.pathsep.join(filter(None, [
         str(Path(__file__).resolve().parents[1]), os.environ.get('PYTHONPATH', '')]))}
-    proc = subprocess.run(
-        [_launcher(), '-n', '2', '--stdout', str(tmp_path / 'rank{rank}.out'), '--stderr', str(tmp_path / 'rank{rank}.err'),
-         str(JOB), leg, str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    logs = '\n'.join(p.read_text()[-2000:] for p in sorted(tmp_path.glob('rank*.err')))
-    if leg == 'shim':
-        assert proc.returncode == 0, f'launcher failed ({proc.returncode}):\n{proc.stderr[-2000:]}\n{logs}'
-    results = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(2) if (tmp_path / f'rank{r}.json').exists()]
-    assert len(results) == 2, f'both ranks must finish:\n{proc.stderr[-2000:]}\n{logs}'
+    env.pop('COMPATSHIM_STAGE', None)
+    prefix = [sys.executable, '-m', 'compatshim', 'run', '--'] if leg == 'run' else []
+    port = _free_port()
+    procs = []
+    for node in range(nodes):
+        multinode = ['--world_size', str(nodes * nproc), '--node_rank', str(node), '--master_addr', '127.0.0.1',
+                     '--master_port', str(port)] if nodes > 1 else []
+        command = [*prefix, _launcher(), '-n', str(nproc), *multinode,
+                   '--stdout', str(out / 'rank{rank}.out'), '--stderr', str(out / 'rank{rank}.err'),
+                   str(JOB), 'shim' if leg == 'shim' else 'plain', str(out)]
+        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+@pytest.fixture(scope='module')
+def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[list[int], str, Path]]:
+    started = {}
+    for topology in RUN_TOPOLOGIES:
+        for leg in LEGS:
+            out = tmp_path_factory.mktemp(f'{topology}-{leg}')
+            started[topology, leg] = (_start(topology, leg, out), out)
+    done = {}
+    for key, (procs, out) in started.items():
+        outputs = [p.communicate(timeout=600)[0] for p in procs]
+        done[key] = ([p.returncode for p in procs], '\n'.join(o[-2000:] for o in outputs), out)
+    return done
+
+
+@pytest.mark.parametrize('topology', [
+    pytest.param(t, marks=[] if t in RUN_TOPOLOGIES else [pytest.mark.skip(reason='two nodes run on the newest '
+                                                                              'release of each family only')])
+    for t in TOPOLOGIES])
+@pytest.mark.parametrize('leg', [pytest.param(leg, marks=[CONTROL] if leg == 'control' else []) for leg in LEGS])
+def test_ranks(topology: str, leg: str, launches: dict[tuple[str, str], Any]) -> None:
+    codes, output, out = launches[topology, leg]
+    nodes, nproc = TOPOLOGIES[topology]
+    world = nodes * nproc
+    logs = '\n'.join(p.read_text()[-2000:] for p in sorted(out.glob('rank*.err')))
+    if leg != 'control':
+        assert codes == [0] * nodes, f'launcher(s) failed {codes}:\n{output}\n{logs}'
+    results = [json.loads((out / f'rank{r}.json').read_text()) for r in range(world) if (out / f'rank{r}.json').exists()]
+    assert len(results) == world, f'every rank must finish:\n{output}\n{logs}'
     for result in results:
-        assert result['world_size'] == 2
+        assert result['world_size'] == world
         assert [c['placement'] for c in result['calls']] == ['device', 'device'], f"rank {result['rank']}"
         assert result['forward_placements'] == ['device']
         for call, rows in zip(result['calls'], result['steps']):
             assert {draw for draw, _ in rows} == {call['draw']}, f"rank {result['rank']}: microbatches disagree"
             assert [int(i) for _, i in rows] == call['ids']
-    ids = [set(i for c in r['calls'] for i in c['ids']) for r in results]
-    assert not ids[0] & ids[1], 'the ranks must see disjoint shards'
-    assert results[0]['calls'][0]['draw'] != results[1]['calls'][0]['draw'], 'each rank draws its own parameters'
+        if leg == 'run':
+            assert result['enabled_by_script'] is False and result['patched'] == (result['verdict'] == 'patched')
+    shards = [{i for c in r['calls'] for i in c['ids']} for r in results]
+    assert all(not (a & b) for n, a in enumerate(shards) for b in shards[n + 1:]), 'the ranks must see disjoint shards'
+    assert len({r['calls'][0]['draw'] for r in results}) == world, 'each rank draws its own parameters'

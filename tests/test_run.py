@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH
+from conftest import FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, PER_FAMILY, REPRESENTATIVE
 
 from compatshim._bootstrap import BOOTSTRAP_DIR
 
@@ -42,13 +42,18 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         return [sys.executable, str(JOB), str(tmp / f'{name}.json'), *args]
 
     console = Path(sys.executable).parent / 'compatshim'
-    return {
+    every_release = {
         'run': ([str(console), 'run', '--', *job('run', '--workers')], {}),
         'control': (job('control'), {}),
-        'run-microbatch-script-enables': ([*RUN, '--stage', 'microbatch', '--', *job('run-microbatch-script-enables',
-                                                                                        '--enable')], {}),
         'run-spawn-child': ([*RUN, '--', *job('run-spawn-child', '--child', 'spawn')], {}),
         'control-spawn-child': (job('control-spawn-child', '--child', 'spawn'), {}),
+    }
+    if not REPRESENTATIVE:
+        return every_release
+    return {
+        **every_release,
+        'run-microbatch-script-enables': ([*RUN, '--stage', 'microbatch', '--', *job('run-microbatch-script-enables',
+                                                                                        '--enable')], {}),
         'run-forkserver-child': ([*RUN, '--', *job('run-forkserver-child', '--child', 'forkserver')], {}),
         'run-chains-sitecustomize': ([*RUN, '--', *job('run-chains-sitecustomize')], {'PYTHONPATH': str(existing)}),
         'run-kill-switch': ([*RUN, '--', *job('run-kill-switch')], {'COMPATSHIM_DISABLE': '1'}),
@@ -112,10 +117,12 @@ def test_spawn_child(leg: str, runs: dict[str, Any]) -> None:
     assert result['child_start_modules'] == [] and result['parent_end_modules'] == []
 
 
+@PER_FAMILY
 def test_forkserver_child(runs: dict[str, Any]) -> None:
     _placed_and_coherent(_result(runs, 'run-forkserver-child'))
 
 
+@PER_FAMILY
 @NEEDS_PATCH
 def test_script_that_also_enables_behaves_as_if_once(runs: dict[str, Any]) -> None:
     """Under ``--stage microbatch`` a script's own ``enable()`` keeps the run's stage, patches nothing twice, warns not."""
@@ -125,12 +132,14 @@ def test_script_that_also_enables_behaves_as_if_once(runs: dict[str, Any]) -> No
     assert result['warnings'] == []
 
 
+@PER_FAMILY
 def test_existing_sitecustomize_still_runs(runs: dict[str, Any]) -> None:
     result = _result(runs, 'run-chains-sitecustomize')
     assert result['chained'] is True and result['hook_armed'] is True
     _placed_and_coherent(result)
 
 
+@PER_FAMILY
 def test_kill_switch_wins(runs: dict[str, Any]) -> None:
     code, output, result, _ = runs['run-kill-switch']
     if FAMILY is not None and FAMILY.value == 'rejected':
@@ -143,6 +152,7 @@ def test_kill_switch_wins(runs: dict[str, Any]) -> None:
         assert 'COMPATSHIM_DISABLE is set' in output and len(result['warnings']) == 1
 
 
+@PER_FAMILY
 @NEEDS_PATCH
 def test_untested_release_warns_unless_allowed(runs: dict[str, Any]) -> None:
     code, output, result, _ = runs['run-dev-build']
@@ -153,6 +163,7 @@ def test_untested_release_warns_unless_allowed(runs: dict[str, Any]) -> None:
     _placed_and_coherent(allowed)
 
 
+@PER_FAMILY
 @pytest.mark.parametrize(('args', 'env', 'code', 'message'), [
     (['--stage', 'gpu', '--', 'true'], {}, 2, "invalid choice: 'gpu'"),
     ([], {}, 2, 'no command given'),

@@ -40,15 +40,8 @@ def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_un
         env[ALLOW_UNTESTED_VAR] = '1'
     rest = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p and os.path.abspath(p) != BOOTSTRAP_DIR]
     env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *rest])
-    saved = dict(os.environ)
-    try:  # validate now, in the parent, rather than in every rank after it started
-        os.environ.clear()
-        os.environ.update(env)
-        settings_from_environment()
-        killed()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    settings_from_environment(env)  # validate now, in the parent, rather than in every rank after it started
+    killed(env)
     return env
 
 
