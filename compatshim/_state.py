@@ -21,6 +21,7 @@ import warnings
 from typing import Any, Callable, Optional
 
 from compatshim._stages import Stage
+from compatshim._support import Family
 from compatshim.errors import CompatShimWarning
 
 __all__ = [
@@ -81,7 +82,7 @@ class ShimState:
     #: The default stage while the shim is on; ``None`` while it is off.
     stage: Optional[Stage] = None
     #: The family the active patches were made for (an opted-in untested release has none in the table).
-    family: Optional[Any] = None
+    family: Optional[Family] = None
     #: Whether ``enable(allow_untested=True)`` patched a release outside the support table.
     allow_untested: bool = False
     #: Live patches, in patch order.

@@ -195,3 +195,37 @@ def test_an_attribute_replaced_outright_is_left_alone() -> None:
         assert vars(owner)['_train_loop'] is replacement
     finally:
         owner._train_loop = original
+
+
+@NEEDS_PATCH
+def test_agent_leaves_while_the_shim_is_off() -> None:
+    """enable, agent, disable (shim inert beneath), agent leaves (shim's inert wrapper on top), enable, disable."""
+    owner = _classes()['Trainer']
+    pristine = _snapshot()
+    compatshim.enable()
+    agent = Agent(owner, '_train_loop', 'functools')
+    with pytest.warns(compatshim.CompatShimWarning):
+        compatshim.disable()
+    agent.unpatch()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', compatshim.CompatShimWarning)
+        compatshim.enable()
+        assert compatshim.is_patched(owner, '_train_loop') and _one_step() == 'device'
+        compatshim.disable()
+    assert _same(pristine, _snapshot())
+
+
+@NEEDS_PATCH
+def test_inert_wrapper_dropped_by_someone_else_is_not_revived() -> None:
+    """If the chain holding the shim's inert wrapper is replaced outright, the next enable() patches afresh."""
+    owner = _classes()['Trainer']
+    composer_loop = vars(owner)['_train_loop']
+    compatshim.enable()
+    Agent(owner, '_train_loop', 'wrapt')
+    with pytest.warns(compatshim.CompatShimWarning):
+        compatshim.disable()
+    owner._train_loop = composer_loop  # e.g. the agent was reloaded and restored what it first saw at import
+    compatshim.enable()
+    assert vars(owner)['_train_loop'].__wrapped__ is composer_loop and _one_step() == 'device'
+    compatshim.disable()
+    assert vars(owner)['_train_loop'] is composer_loop

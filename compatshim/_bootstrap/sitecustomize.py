@@ -31,7 +31,11 @@ class _ChainedLoader:
         module.__loader__ = self.loader
         if getattr(module, '__spec__', None) is not None:
             module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
+        try:
+            self.loader.exec_module(module)
+        except BaseException:
+            sys.meta_path.insert(0, ComposerImportHook())  # Composer failed to import: wait for the next attempt
+            raise
         _enable()
 
 
