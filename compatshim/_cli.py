@@ -70,6 +70,9 @@ def _summary(result: dict) -> str:
     comparison = result.get('comparison')
     if comparison:
         lines.append(f"  baseline: {comparison['baseline'] or 'none'} -> worst verdict: {comparison['worst']}")
+        if comparison.get('drift'):
+            lines.append(f"  machine drift: the legs that run no shim code moved {comparison['drift']['change']:+.1%} "
+                         '(reported, not a regression; the ratios decide)')
         for metric, judgement in comparison['verdicts'].items():
             if judgement['verdict'] != 'ok':
                 lines.append(f"    {metric}: {judgement['verdict']} ({judgement['reason']})")

@@ -71,13 +71,14 @@ def _tight(samples: list[float], scale: float = 1.0, seed: int = 0) -> list[floa
     return [centre * (1 + rng.uniform(-0.01, 0.01)) for _ in range(9)]
 
 
-def _quiet(result: dict[str, Any], seed: int, shim_scale: float = 1.0) -> dict[str, Any]:
-    """``result`` with every sample replaced by tight ones; the shim legs (and their ratios) scaled."""
+def _quiet(result: dict[str, Any], seed: int, shim_scale: float = 1.0, machine_scale: float = 1.0) -> dict[str, Any]:
+    """``result`` with every sample replaced by tight ones; the shim legs (and their ratios) scaled by ``shim_scale``,
+    every leg's absolute throughput by ``machine_scale`` (a slower or faster machine leaves the ratios alone)."""
     out = copy.deepcopy(result)
     for leg, data in out['legs'].items():
         if data['available']:
-            data['samples_per_s_windows'] = _tight(data['samples_per_s_windows'],
-                                                   shim_scale if leg.startswith('shim') else 1.0, seed)
+            scale = machine_scale * (shim_scale if leg.startswith('shim') else 1.0)
+            data['samples_per_s_windows'] = _tight(data['samples_per_s_windows'], scale, seed)
     for metric in compare.RATIO_METRICS:
         if out['headline'][metric]['windows']:
             out['headline'][metric]['windows'] = _tight(out['headline'][metric]['windows'],
@@ -96,6 +97,37 @@ def test_planted_slowdown_is_a_regression(result: dict[str, Any]) -> None:
     assert verdict['verdicts']['shim_vs_unpatched']['verdict'] == 'regression'
     assert verdict['verdicts']['throughput/shim-batch']['verdict'] == 'regression'
     assert verdict['verdicts']['throughput/unpatched']['verdict'] == 'ok'
+
+
+@pytest.mark.parametrize('machine', [0.85, 1.15], ids=['slower-machine', 'faster-machine'])
+def test_uniform_machine_drift_passes(result: dict[str, Any], machine: float) -> None:
+    """Every leg 15% slower (or faster), ratios unchanged: machine drift, reported with its evidence, exit 0."""
+    verdict = compare.compare(_quiet(result, seed=1, machine_scale=machine), _quiet(result, seed=2))
+    assert verdict['worst'] == 'drift', verdict
+    assert verdict['drift'] is not None and abs(verdict['drift']['change'] - (machine - 1)) < 0.03
+    assert set(verdict['drift']['legs']) <= set(compare.NO_SHIM_LEGS)
+    judged = verdict['verdicts']['throughput/shim-batch']
+    assert judged['verdict'] == 'drift' and 'machine drift' in judged['reason']
+    assert verdict['verdicts']['shim_vs_unpatched']['verdict'] == 'ok'
+
+
+@pytest.mark.parametrize('machine', [1.0, 0.85], ids=['same-machine', 'slower-machine'])
+def test_shim_only_five_percent_slowdown_fails(result: dict[str, Any], machine: float) -> None:
+    """The shim legs 5% slower than the legs that run no shim code: a regression, with or without machine drift."""
+    verdict = compare.compare(_quiet(result, seed=1, shim_scale=0.95, machine_scale=machine), _quiet(result, seed=2))
+    assert verdict['worst'] == 'regression', verdict
+    assert verdict['verdicts']['shim_vs_unpatched']['verdict'] == 'regression'
+    for leg in compare.NO_SHIM_LEGS:
+        if f'throughput/{leg}' in verdict['verdicts']:
+            assert verdict['verdicts'][f'throughput/{leg}']['verdict'] != 'regression', leg
+
+
+def test_a_no_shim_leg_alone_is_never_a_regression(result: dict[str, Any]) -> None:
+    current = _quiet(result, seed=1)
+    current['legs']['no-transform']['samples_per_s_windows'] = [
+        v * 0.7 for v in current['legs']['no-transform']['samples_per_s_windows']]
+    judged = compare.compare(current, _quiet(result, seed=2))['verdicts']['throughput/no-transform']
+    assert judged['verdict'] == 'inconclusive' and 'runs no shim code' in judged['reason']
 
 
 def test_raised_baseline_is_a_regression_and_ratios_gate_on_any_machine(result: dict[str, Any]) -> None:
@@ -143,7 +175,8 @@ def test_record_never_overwrites(result: dict[str, Any], tmp_path: Path) -> None
 
 
 def test_cli_compares_with_a_raised_baseline(result: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
-    """End to end through the CLI: a real tiny run against a baseline raised 10x is a regression (exit 1)."""
+    """End to end through the CLI: against a baseline whose every leg is 10x faster (a far faster machine), the shim
+    is not blamed: machine drift (or, for a run too noisy to judge, inconclusive), exit 0."""
     raised = copy.deepcopy(result)
     for data in raised['legs'].values():
         if data['available']:
@@ -154,7 +187,8 @@ def test_cli_compares_with_a_raised_baseline(result: dict[str, Any], tmp_path: P
     written = json.loads(out.read_text())
     judged = written['comparison']['verdicts']['throughput/no-transform']
     # 10x is far beyond any noise; only a run too noisy to judge may say inconclusive instead.
-    assert judged['verdict'] in ('regression', 'inconclusive'), judged
+    assert judged['verdict'] in ('drift', 'inconclusive'), judged
+    assert written['comparison']['drift'] is not None and written['comparison']['drift']['change'] < -0.8
     assert code == (1 if written['comparison']['worst'] == 'regression' else 0)
     assert result['env'] in capsys.readouterr().out
 

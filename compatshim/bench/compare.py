@@ -14,6 +14,17 @@
    mirror case. A shift beyond the tolerance without separation is *inconclusive*; anything else is *ok*.
 
 A wrong placement or coherence in a shim leg is a regression whatever the timings say.
+
+**Machine drift is not a regression.** The gate fails only on what the shim can cause. Ratios of a shim leg to legs
+that run no shim code in the same run are gated everywhere. Absolute throughput is judged by the rule above, and then:
+
+- the legs that run no shim code (:data:`NO_SHIM_LEGS`) are never a regression: nothing the shim does can slow them;
+- when they moved together — the median of their changes beyond :data:`ABSOLUTE_FLOOR` — the machine drifted (a
+  slower or busier host, another CPU): every absolute throughput verdict beyond its tolerance becomes *drift*, with the
+  evidence (each no-shim leg's change), and the ratios decide;
+- without drift, a shim leg's absolute throughput still isolates the shim and is gated as above.
+
+*drift* is reported, never failed on (exit 0).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ __all__ = [
     'BaselineExistsError',
     'MAX_SPREAD',
     'MIN_WINDOWS',
+    'NO_SHIM_LEGS',
     'RATIO_FLOOR',
     'SPREAD_FACTOR',
     'VERDICTS',
@@ -43,8 +55,11 @@ __all__ = [
     'record_baseline',
 ]
 
-#: The four verdicts, worst first.
-VERDICTS: tuple[str, ...] = ('regression', 'inconclusive', 'improved', 'ok')
+#: The verdicts, worst first. Only ``regression`` fails the gate.
+VERDICTS: tuple[str, ...] = ('regression', 'inconclusive', 'drift', 'improved', 'ok')
+
+#: Legs that run no shim code: their absolute throughput measures the machine, never the shim.
+NO_SHIM_LEGS: tuple[str, ...] = ('unpatched', 'native-microbatch', 'no-transform')
 
 RATIO_FLOOR = 0.03
 ABSOLUTE_FLOOR = 0.05
@@ -156,6 +171,7 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
             continue
         base = baseline['headline'].get(metric, {}).get('windows') if baseline else None
         verdicts[metric] = judge(samples, base, RATIO_FLOOR)
+    absolute = {}
     for leg, data in result['legs'].items():
         if not data.get('available'):
             continue
@@ -166,10 +182,43 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
             verdicts[f'throughput/{leg}'] = Judgement(
                 'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})', current=median)
         else:
-            verdicts[f'throughput/{leg}'] = judge(data['samples_per_s_windows'], base, ABSOLUTE_FLOOR)
+            absolute[leg] = judge(data['samples_per_s_windows'], base, ABSOLUTE_FLOOR)
+    drift = machine_drift(absolute)
+    for leg, judgement in absolute.items():
+        verdicts[f'throughput/{leg}'] = _absolute(leg, judgement, drift)
     worst = min((j.verdict for j in verdicts.values()), key=VERDICTS.index, default='inconclusive')
     return {'verdicts': {k: dataclasses.asdict(v) for k, v in verdicts.items()}, 'worst': worst,
-            'fingerprint_mismatch': mismatch}
+            'fingerprint_mismatch': mismatch, 'drift': drift}
+
+
+def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
+    """The shift the no-shim legs share, or ``None``: ``{'change': median change, 'legs': {leg: change}}``.
+
+    Drift is the median change of the no-shim legs' absolute throughput, when it exceeds :data:`ABSOLUTE_FLOOR`.
+    """
+    changes = {leg: j.change for leg, j in absolute.items()
+               if leg in NO_SHIM_LEGS and j.change is not None and j.baseline is not None}
+    if not changes:
+        return None
+    shared = statistics.median(changes.values())
+    if abs(shared) <= ABSOLUTE_FLOOR:
+        return None
+    return {'change': shared, 'legs': changes}
+
+
+def _absolute(leg: str, judgement: Judgement, drift: Optional[dict[str, Any]]) -> Judgement:
+    """An absolute throughput verdict, with machine drift and no-shim legs taken out of the gate."""
+    moved = judgement.change is not None and judgement.tolerance is not None and \
+        abs(judgement.change) > judgement.tolerance
+    if drift is not None and moved:
+        evidence = ', '.join(f'{name} {change:+.1%}' for name, change in drift['legs'].items())
+        return dataclasses.replace(judgement, verdict='drift', reason=(
+            f'{judgement.change:+.1%}; the legs that run no shim code moved {drift["change"]:+.1%} (median: '
+            f'{evidence}): machine drift, judged by the ratios'))
+    if leg in NO_SHIM_LEGS and judgement.verdict == 'regression':
+        return dataclasses.replace(judgement, verdict='inconclusive', reason=(
+            f'{judgement.reason}; this leg runs no shim code, and the others did not move with it: noise, not gated'))
+    return judgement
 
 
 def baseline_path(root: os.PathLike, device: str, env: str) -> Path:

@@ -266,8 +266,8 @@ def _time(legs: list[Leg], trainers: dict[str, Any], device: str, size: Size, sa
     direct_fn = Augment(size.blur)
     direct_batch = _composer_device(device).batch_to_device(list(next(iter(bench_loader(size)))))
     # The shim stays enabled for the whole timed loop: toggling it between windows measurably skews the next window
-    # (enable() reads Composer's source to check its shape). The legs without the shim hold DataSpecs built while it
-    # was off, i.e. Composer's own objects; the placement check ran them with the shim off.
+    # (enable() checks Composer's code before patching). The legs without the shim hold DataSpecs built while it was
+    # off, i.e. Composer's own objects; the placement check ran them with the shim off.
     compatshim.enable()
     try:
         for window in range(-WARMUP + 1, size.windows + 1):  # windows up to 0 are warm-up
