@@ -188,7 +188,12 @@ def test_cli_compares_with_a_raised_baseline(result: dict[str, Any], tmp_path: P
     judged = written['comparison']['verdicts']['throughput/no-transform']
     # 10x is far beyond any noise; only a run too noisy to judge may say inconclusive instead.
     assert judged['verdict'] in ('drift', 'inconclusive'), judged
-    assert written['comparison']['drift'] is not None and written['comparison']['drift']['change'] < -0.8
+    drift, verdicts = written['comparison']['drift'], written['comparison']['verdicts']
+    if drift is None:  # every leg that runs no shim code was too noisy to judge (a tiny run on a busy machine)
+        assert all(verdicts[f'throughput/{leg}']['verdict'] == 'inconclusive' for leg in compare.NO_SHIM_LEGS
+                   if f'throughput/{leg}' in verdicts), verdicts
+    else:
+        assert drift['change'] < -0.8, drift
     assert code == (1 if written['comparison']['worst'] == 'regression' else 0)
     assert result['env'] in capsys.readouterr().out
 

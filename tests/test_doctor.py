@@ -145,7 +145,8 @@ def test_affected_and_not_fixed_has_its_own_exit_code(tmp_path: Path, monkeypatc
     agent = tmp_path / 'agent'
     agent.mkdir()
     (agent / 'sitecustomize.py').write_text(HIDING_AGENT)
-    monkeypatch.syspath_prepend(str(agent))
+    # Installed the way agents are (ddtrace-run, opentelemetry-instrument): first on PYTHONPATH, for every process.
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(filter(None, [str(agent), os.environ.get('PYTHONPATH')])))
     report = doctor.run(DEVICE)
     assert report['exit_code'] == doctor.EXIT_NOT_FIXED, report['summary']
     assert 'did NOT fix it' in report['summary'] and 'hidden_train_loop, a wrapper that hides' in report['summary']

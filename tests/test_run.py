@@ -55,6 +55,7 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         'run-microbatch-script-enables': ([*RUN, '--stage', 'microbatch', '--', *job('run-microbatch-script-enables',
                                                                                         '--enable')], {}),
         'run-forkserver-child': ([*RUN, '--', *job('run-forkserver-child', '--child', 'forkserver')], {}),
+        'control-forkserver-child': (job('control-forkserver-child', '--child', 'forkserver'), {}),
         'run-chains-sitecustomize': ([*RUN, '--', *job('run-chains-sitecustomize')], {'PYTHONPATH': str(existing)}),
         'run-kill-switch': ([*RUN, '--', *job('run-kill-switch')], {'COMPATSHIM_DISABLE': '1'}),
         'run-dev-build': ([*RUN, '--', *job('run-dev-build')], {'PYTHONPATH': str(dist.parent)}),
@@ -118,8 +119,9 @@ def test_spawn_child(leg: str, runs: dict[str, Any]) -> None:
 
 
 @PER_FAMILY
-def test_forkserver_child(runs: dict[str, Any]) -> None:
-    _placed_and_coherent(_result(runs, 'run-forkserver-child'))
+@pytest.mark.parametrize('leg', LEGS)
+def test_forkserver_child(leg: str, runs: dict[str, Any]) -> None:
+    _placed_and_coherent(_result(runs, 'run-forkserver-child' if leg == 'shim' else 'control-forkserver-child'))
 
 
 @PER_FAMILY

@@ -19,9 +19,10 @@ A wrong placement or coherence in a shim leg is a regression whatever the timing
 that run no shim code in the same run are gated everywhere. Absolute throughput is judged by the rule above, and then:
 
 - the legs that run no shim code (:data:`NO_SHIM_LEGS`) are never a regression: nothing the shim does can slow them;
-- when they moved together — the median of their changes beyond :data:`ABSOLUTE_FLOOR` — the machine drifted (a
-  slower or busier host, another CPU): every absolute throughput verdict beyond its tolerance becomes *drift*, with the
-  evidence (each no-shim leg's change), and the ratios decide;
+- when they moved together — each no-shim leg that could be judged (not too noisy) moved the same way by more than
+  half of :data:`ABSOLUTE_FLOOR`, and their median by more than it — the machine drifted (a slower or busier host,
+  another CPU): every absolute throughput verdict beyond its tolerance becomes *drift*, with the evidence (each no-shim
+  leg's change), and the ratios decide;
 - without drift, a shim leg's absolute throughput still isolates the shim and is gated as above.
 
 *drift* is reported, never failed on (exit 0).
@@ -194,14 +195,17 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
 def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
     """The shift the no-shim legs share, or ``None``: ``{'change': median change, 'legs': {leg: change}}``.
 
-    Drift is the median change of the no-shim legs' absolute throughput, when it exceeds :data:`ABSOLUTE_FLOOR`.
+    Only no-shim legs that could be judged count (a baseline, enough windows, not too noisy). They share a shift when
+    every one of them moved the same way by more than half of :data:`ABSOLUTE_FLOOR` and their median change exceeds
+    :data:`ABSOLUTE_FLOOR`; one leg moving while another stays put is noise, not drift.
     """
     changes = {leg: j.change for leg, j in absolute.items()
-               if leg in NO_SHIM_LEGS and j.change is not None and j.baseline is not None}
+               if leg in NO_SHIM_LEGS and j.change is not None and j.tolerance is not None}
     if not changes:
         return None
     shared = statistics.median(changes.values())
-    if abs(shared) <= ABSOLUTE_FLOOR:
+    together = all(change * shared > 0 and abs(change) > ABSOLUTE_FLOOR / 2 for change in changes.values())
+    if not together or abs(shared) <= ABSOLUTE_FLOOR:
         return None
     return {'change': shared, 'legs': changes}
 
