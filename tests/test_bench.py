@@ -193,7 +193,7 @@ def test_cli_compares_with_a_raised_baseline(result: dict[str, Any], tmp_path: P
         assert all(verdicts[f'throughput/{leg}']['verdict'] == 'inconclusive' for leg in compare.NO_SHIM_LEGS
                    if f'throughput/{leg}' in verdicts), verdicts
     else:
-        assert drift['change'] < -0.8, drift
+        assert drift['change'] < -0.5, drift  # a 10x baseline: far beyond any noise, whatever this run's speed
     assert code == (1 if written['comparison']['worst'] == 'regression' else 0)
     assert result['env'] in capsys.readouterr().out
 
