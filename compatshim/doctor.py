@@ -154,12 +154,10 @@ def _child_main(argv: Sequence[str]) -> int:
 
 def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, Any]:
     """Run :func:`_child_main` in this interpreter, on this process's exact ``sys.path``, without compatshim run's hook."""
-    from compatshim._bootstrap import BOOTSTRAP_DIR
+    from compatshim._bootstrap import BOOTSTRAP_DIR, without_bootstrap
 
     path = [p for p in sys.path if os.path.abspath(p or os.curdir) != BOOTSTRAP_DIR]
-    env = dict(os.environ)
-    env['PYTHONPATH'] = os.pathsep.join(p for p in env.get('PYTHONPATH', '').split(os.pathsep)
-                                        if p and os.path.abspath(p) != BOOTSTRAP_DIR)
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(without_bootstrap(os.environ.get('PYTHONPATH', '')))}
     code = ('import json, sys; sys.path[:] = json.loads(sys.argv[1]); from compatshim.doctor import _child_main; '
             'sys.exit(_child_main(sys.argv[2:]))')
     proc = subprocess.run([sys.executable, '-c', code, json.dumps(path), device or '', stage, '1' if untested else '0'],

@@ -21,10 +21,15 @@ from typing import Mapping, NoReturn, Optional, Sequence
 
 from compatshim._api import ALLOW_UNTESTED_VAR, STAGE_VAR, killed, settings_from_environment
 
-__all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command']
+__all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command', 'without_bootstrap']
 
 #: The directory whose ``sitecustomize.py`` arms the import hook. It holds nothing else that could be imported.
 BOOTSTRAP_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def without_bootstrap(pythonpath: str) -> list[str]:
+    """The entries of a ``PYTHONPATH`` value, empty ones and :data:`BOOTSTRAP_DIR` left out."""
+    return [p for p in pythonpath.split(os.pathsep) if p and os.path.abspath(p) != BOOTSTRAP_DIR]
 
 
 def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_untested: bool) -> dict[str, str]:
@@ -38,8 +43,7 @@ def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_un
         env[STAGE_VAR] = stage
     if allow_untested:
         env[ALLOW_UNTESTED_VAR] = '1'
-    rest = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p and os.path.abspath(p) != BOOTSTRAP_DIR]
-    env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *rest])
+    env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *without_bootstrap(env.get('PYTHONPATH', ''))])
     settings_from_environment(env)  # validate now, in the parent, rather than in every rank after it started
     killed(env)
     return env
