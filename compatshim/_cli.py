@@ -48,9 +48,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _summary(result: dict) -> str:
+    planted = (f", PLANTED slowdown {result['planted_slowdown']:.0%}" if result['planted_slowdown'] else '') + (
+        f", PLANTED hook delay {result['planted_hook_us']:g} µs" if result.get('planted_hook_us') else '')
     lines = [f"{result['env']} ({result['family']}), size {result['fingerprint']['size']['name']}, "
-             f"{result['elapsed_s']:.0f} s" + (f", PLANTED slowdown {result['planted_slowdown']:.0%}"
-                                                  if result['planted_slowdown'] else '')]
+             f"{result['elapsed_s']:.0f} s" + planted]
     lines.append(f"  {'leg':18}{'placement':14}{'coherence':34}{'samples/s':>16}")
     for leg, data in result['legs'].items():
         if not data['available']:
@@ -65,8 +66,19 @@ def _summary(result: dict) -> str:
     for metric in RATIO_METRICS:
         if head[metric]['n']:
             lines.append(f"  {metric:30} {head[metric]['median']:.3f} (IQR {head[metric]['iqr']:.3f})")
-    lines.append(f"  {'shim overhead per batch':30} {head['overhead_us']['median']:.0f} µs "
-                 f"(unpatched, same measure: {head['unpatched_overhead_us']['median']:.0f} µs)")
+    hook = result['hook_overhead_us']
+    if hook['available']:
+        lines.append(f"  {'shim hook overhead':30} " + ', '.join(
+            f"{stage} {hook[stage]['median']:.1f} µs/batch (IQR {hook[stage]['iqr']:.1f})"
+            for stage in ('batch', 'microbatch')))
+    else:
+        lines.append(f"  {'shim hook overhead':30} n/a: {hook['reason']}")
+    recipe = result['recipe']
+    if recipe['bytes_shim_vs_unpatched'] is not None:
+        lines.append(f"  {'recipe: bytes shim/unpatched':30} {recipe['bytes_shim_vs_unpatched']:.2f} "
+                     f"({recipe['legs']['shim-batch']['h2d_bytes_per_step']} vs "
+                     f"{recipe['legs']['unpatched']['h2d_bytes_per_step']} bytes/step)")
+    lines.append(f"  {'recipe: plain device_transforms':30} {recipe['plain_device_transforms']['words']}")
     comparison = result.get('comparison')
     if comparison:
         lines.append(f"  baseline: {comparison['baseline'] or 'none'} -> worst verdict: {comparison['worst']}")
@@ -86,8 +98,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.record and not args.baselines:
         print('compatshim bench: --record needs --baselines DIR', file=sys.stderr)
         return EXIT_ERROR
-    if args.record and args.plant_slowdown:
-        print('compatshim bench: a run with --plant-slowdown cannot be recorded as a baseline', file=sys.stderr)
+    if args.record and (args.plant_slowdown or args.plant_hook_us):
+        print('compatshim bench: a run with a planted slowdown cannot be recorded as a baseline', file=sys.stderr)
         return EXIT_ERROR
     if args.record and not args.replace:
         existing = cmp.baseline_path(args.baselines, args.device, run.env_name(args.device))
@@ -96,7 +108,8 @@ def _bench(args: argparse.Namespace) -> int:
                   '(nothing was run)', file=sys.stderr)
             return EXIT_ERROR
     try:
-        result = run.run(args.device, args.size, plant_slowdown=args.plant_slowdown, progress=sys.stderr)
+        result = run.run(args.device, args.size, plant_slowdown=args.plant_slowdown, progress=sys.stderr,
+                         plant_hook_us=args.plant_hook_us)
     except (ValueError, RuntimeError, ImportError) as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
@@ -130,7 +143,7 @@ def _report(args: argparse.Namespace) -> int:
             print(f'compatshim report: cannot read bench result {name}: {exc}', file=sys.stderr)
             return EXIT_ERROR
     written = report.write(results, args.out, png=not args.no_png)
-    print(f"wrote {args.out}/report.md, report.json{'' if args.no_png else ', throughput.png'}: "
+    print(f"wrote {args.out}/report.md, report.json{'' if args.no_png else ', ' + ', '.join(report.CHARTS)}: "
           f"{len(results)} env(s), worst verdict {written['worst']}")
     return EXIT_REGRESSION if written['worst'] == 'regression' else EXIT_OK
 
@@ -169,9 +182,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bench.add_argument('--out', metavar='FILE', help='write the result (with its comparison) as JSON')
     bench.add_argument('--plant-slowdown', type=float, default=0.0, metavar='FRACTION',
                        help='make the transform this much slower in the shim legs (checks the comparison)')
+    bench.add_argument('--plant-hook-us', type=float, default=0.0, metavar='MICROSECONDS',
+                       help="make every call of the shim's own hooks this much slower (checks the overhead gate)")
     bench.set_defaults(func=_bench)
 
-    rep = sub.add_parser('report', help='aggregate bench results into report.md, report.json and throughput.png')
+    rep = sub.add_parser('report', help='aggregate bench results into report.md, report.json and the charts')
     rep.add_argument('results', nargs='+', metavar='RESULT.json')
     rep.add_argument('--out', metavar='DIR', required=True)
     rep.add_argument('--no-png', action='store_true', help='skip the plot (no matplotlib needed)')

@@ -4,13 +4,15 @@
 ``compatshim bench`` inside that env (``tox run`` with the env's commands overridden, which builds the env and
 installs this checkout first), compares with
 ``matrix/baselines/<device>/<env>.json``, then aggregates every result into ``matrix/reports/<device>/``:
-``report.md``, ``report.json`` and ``throughput.png``. Exit 0 when nothing regressed, 1 on a regression or an env that
+``report.md``, ``report.json`` and the charts
+(``throughput.png``, ``ratios.png``, ``bytes.png``). Exit 0 when nothing regressed, 1 on a regression or an env that
 failed, 2 on bad arguments.
 
     tox -e report                         # every cpu env, compared with the recorded cpu baselines
     tox -e report -- --device cuda        # the same on cuda (needs a GPU)
     tox -e report -- --record             # record baselines for envs that have none (never overwrites)
     tox -e report -- --envs composer0.28.0 --plant-slowdown 0.2   # check that a regression is caught
+    tox -e report -- --envs composer0.28.0 --plant-hook-us 50     # ... and one of 50 µs in the shim's hook path
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
         bench += ['--record'] + (['--replace'] if args.replace else [])
     if args.plant_slowdown:
         bench += ['--plant-slowdown', str(args.plant_slowdown)]
+    if args.plant_hook_us:
+        bench += ['--plant-hook-us', str(args.plant_hook_us)]
     # `tox run` with the env's commands overridden: tox builds the env and installs this checkout's wheel first
     # (`tox exec` would skip the package install and bench a stale compatshim).
     command = [sys.executable, '-m', 'tox', 'run', '-q', '-e', env, '-x', f'testenv.commands={shlex.join(bench)}']
@@ -56,7 +60,8 @@ def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
     for line in proc.stdout:
         log.append(line)
         # The bench's own progress lines start with the env name; the rest (installs, warnings) stays quiet.
-        if (line.startswith(env) and ': window' in line) or 'recorded baseline' in line or 'placement check' in line:
+        if line.startswith(env) and (': window' in line or 'placement check' in line or 'hook overhead' in line) \
+                or 'recorded baseline' in line:
             print(f'{prefix} {line.strip()}', flush=True)
     code = proc.wait()
     if code not in (0, 1):
@@ -73,6 +78,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--replace', action='store_true', help='with --record: overwrite existing baselines')
     parser.add_argument('--plant-slowdown', type=float, default=0.0, metavar='FRACTION',
                         help='make the transform this much slower in the shim legs (a planted regression)')
+    parser.add_argument('--plant-hook-us', type=float, default=0.0, metavar='MICROSECONDS',
+                        help="make every call of the shim's own hooks this much slower (a planted regression)")
     parser.add_argument('--baselines', type=Path, default=ROOT / 'matrix' / 'baselines')
     parser.add_argument('--out', type=Path, help='report directory (default: matrix/reports/<device>)')
     args = parser.parse_args(argv)
@@ -104,7 +111,7 @@ def main(argv: list[str]) -> int:
         with open(out_dir / 'report.md', 'a') as md:
             md.write('\n## Envs that failed\n\n' + ''.join(f'- {env}\n' for env in failed))
     print(f'wrote {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}/report.md, report.json, '
-          f'throughput.png in {time.monotonic() - started:.0f} s: {len(results)} env(s), worst verdict '
+          f'{", ".join(report.CHARTS)} in {time.monotonic() - started:.0f} s: {len(results)} env(s), worst verdict '
           f"{written['worst']}" + (f', FAILED: {", ".join(failed)}' if failed else ''))
     return 1 if failed or written['worst'] == 'regression' else 0
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
-from compatshim.bench import LEGS, compare, report, run
+from compatshim.bench import LEGS, compare, overhead, report, run
 
 pytestmark = pytest.mark.filterwarnings('ignore::UserWarning')
 
@@ -60,8 +60,53 @@ def test_windows_and_headline_shapes(result: dict[str, Any]) -> None:
     head = result['headline']
     assert head['shim_vs_unpatched']['n'] == size['windows']
     assert head['shim_microbatch_vs_unpatched']['n'] == (size['windows'] if IS_AFFECTED else 0)
-    assert head['overhead_us']['n'] == size['windows']
+    hook = result['hook_overhead_us']
+    assert hook['available'] is IS_AFFECTED
+    if IS_AFFECTED:
+        for stage in ('batch', 'microbatch'):
+            assert hook[stage]['n'] == overhead.SAMPLES == len(hook[stage]['samples'])
     json.dumps(result)  # serialisable as is
+
+
+#: What plain ``device_transforms`` does without the shim, per family (measured by the bench in words).
+PLAIN_OUTCOME = {None: 'device', 'host': 'host', 'dropped': 'fails', 'rejected': 'rejected'}
+
+
+def test_recipe_bytes_and_what_plain_device_transforms_does(result: dict[str, Any]) -> None:
+    """uint8 crosses with the shim; float32 (4x the bytes) without it; 0.27+ say in words why there is no plain leg."""
+    recipe = result['recipe']
+    plain = recipe['plain_device_transforms']
+    assert plain['outcome'] == PLAIN_OUTCOME[FAMILY], plain
+    if FAMILY == 'dropped':
+        assert 'silently dropped' in plain['words'] and 'never ran' in plain['words'] and 'uint8' in plain['words']
+    if FAMILY == 'rejected':
+        assert 'TypeError' in plain['words']
+    legs = recipe['legs']
+    assert 'no-transform' in legs and not legs['no-transform']['available']
+    pixels = 8 * 3 * 16 * 16  # tiny: batch 8 of 3x16x16
+    shim = legs['shim-batch']
+    assert shim['placement'] == 'device' and shim['coherence'] == 'coherent'
+    assert shim['h2d_bytes_by_dtype']['uint8'] == pixels
+    assert shim['h2d_bytes_by_dtype'].get('float32', 0) < 64  # Composer moves a few float scalars
+    unpatched = legs['unpatched']
+    if IS_AFFECTED:
+        assert unpatched['placement'] == 'host'
+        assert unpatched['h2d_bytes_by_dtype']['float32'] >= 4 * pixels
+        assert 0.24 < recipe['bytes_shim_vs_unpatched'] < 0.27
+        if FAMILY in ('dropped', 'rejected'):
+            assert unpatched['description'].startswith('batch_transforms'), 'the workaround, labelled as such'
+        assert legs['shim-microbatch']['placement'] == 'device'
+    else:
+        assert unpatched['placement'] == 'device' and recipe['bytes_shim_vs_unpatched'] == 1.0
+
+
+def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
+    from compatshim._transforms import BatchHook, MicrobatchHook
+
+    before = (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__'])
+    with overhead.planted_hook_delay(50):
+        assert BatchHook.__dict__['__call__'] is not before[0]
+    assert (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__']) == before
 
 
 def _tight(samples: list[float], scale: float = 1.0, seed: int = 0) -> list[float]:
@@ -83,7 +128,55 @@ def _quiet(result: dict[str, Any], seed: int, shim_scale: float = 1.0, machine_s
         if out['headline'][metric]['windows']:
             out['headline'][metric]['windows'] = _tight(out['headline'][metric]['windows'],
                                                         shim_scale if metric.startswith('shim') else 1.0, seed)
+    hook = out['hook_overhead_us']
+    if hook['available']:
+        for stage in ('batch', 'microbatch'):
+            hook[stage]['samples'] = _tight_us(hook[stage]['samples'], seed=seed)
     return out
+
+
+def _tight_us(samples: list[float], plus: float = 0.0, seed: int = 0) -> list[float]:
+    """Deterministic µs samples around the median of ``samples`` + ``plus``, ±1 µs (a quiet machine)."""
+    centre = sorted(samples)[len(samples) // 2] + plus
+    rng = random.Random(seed)
+    return [centre + rng.uniform(-1.0, 1.0) for _ in range(25)]
+
+
+@pytest.mark.skipif(not IS_AFFECTED, reason='unaffected release: the shim installs no hook')
+def test_planted_fifty_microseconds_in_the_hook_path_is_a_regression(result: dict[str, Any]) -> None:
+    """The real run's hook overhead + 50 µs/batch against itself: a regression; unchanged: ok."""
+    slowed = _quiet(result, seed=1)
+    for stage in ('batch', 'microbatch'):
+        slowed['hook_overhead_us'][stage]['samples'] = _tight_us(result['hook_overhead_us'][stage]['samples'], 50, 1)
+    verdict = compare.compare(slowed, _quiet(result, seed=2))
+    assert verdict['worst'] == 'regression'
+    assert verdict['verdicts']['overhead/batch']['verdict'] == 'regression'
+    assert verdict['verdicts']['overhead/microbatch']['verdict'] == 'regression'
+    assert compare.compare(_quiet(result, seed=1), _quiet(result, seed=2))['verdicts']['overhead/batch'][
+        'verdict'] == 'ok'
+
+
+@pytest.mark.parametrize(('current', 'baseline', 'expected'), [
+    ([8.0, 9.0, 7.5, 8.5, 8.2], [8.1, 8.3, 7.9, 8.8, 8.0], 'ok'),
+    ([58.0, 59.0, 57.5, 58.5, 58.2], [8.1, 8.3, 7.9, 8.8, 8.0], 'regression'),  # +50 µs/batch
+    ([18.0, 19.0, 17.5, 18.5, 18.2], [8.1, 8.3, 7.9, 8.8, 8.0], 'ok'),  # +10 µs: below the 20 µs floor
+    ([9.2, 10.4, 9.0, 9.9, 9.6], [8.1, 8.3, 7.9, 8.8, 8.0], 'ok'),  # a 15% slower machine
+    ([58.0, 2.0, 90.0, 5.0, 40.0], [8.1, 8.3, 7.9, 8.8, 8.0], 'inconclusive'),  # too noisy to resolve 20 µs
+    ([320.0, 330.0, 325.0], [200.0, 205.0, 210.0], 'regression'),  # +120 µs over a large baseline
+    ([1.0, 1.1, 0.9], [80.0, 81.0, 79.0], 'improved'),
+    ([8.0, 9.0, 7.5], None, 'inconclusive'),
+])
+def test_overhead_rule(current: list[float], baseline: Any, expected: str) -> None:
+    assert compare.judge_overhead(current, baseline).verdict == expected
+
+
+def test_more_bytes_moved_is_a_regression(result: dict[str, Any]) -> None:
+    grown = _quiet(result, seed=1)
+    grown['recipe']['legs']['shim-batch']['h2d_bytes_per_step'] *= 4  # the transform ran on the host again
+    verdict = compare.compare(grown, _quiet(result, seed=2))
+    assert verdict['verdicts']['bytes/shim-batch']['verdict'] == 'regression'
+    assert compare.compare(_quiet(result, seed=1), _quiet(result, seed=2))['verdicts']['bytes/shim-batch'][
+        'verdict'] == 'ok'
 
 
 def test_unchanged_rerun_is_ok(result: dict[str, Any]) -> None:
@@ -205,7 +298,11 @@ def test_report_markdown_json_png(result: dict[str, Any], tmp_path: Path) -> Non
     assert result['env'] in md and '| shim-batch | device | coherent |' in md
     data = json.loads((tmp_path / 'report.json').read_text())
     assert data['envs'] == [result['env']] and data['worst'] == 'inconclusive'
-    assert (tmp_path / 'throughput.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    for chart in report.CHARTS:
+        assert (tmp_path / chart).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', chart
+    assert '## Recipe workload: what crosses to the device' in md
+    assert result['recipe']['plain_device_transforms']['words'] in md
+    assert f"**{result['recipe']['bytes_shim_vs_unpatched']:.2f}**" in md
     regressed = copy.deepcopy(judged)
     regressed['comparison'] = {**compare.compare(_quiet(result, 1, 0.8), _quiet(result, 2)), 'baseline': 'b.json'}
     assert _cli.main(['report', '--no-png', '--out', str(tmp_path / 'r2'), *_write(tmp_path, regressed)]) == 1
@@ -224,3 +321,5 @@ def test_bad_input_is_refused_clearly() -> None:
         run.run('cpu', 'huge')
     with pytest.raises(ValueError, match='plant_slowdown must be between 0 and 10'):
         run.run('cpu', 'tiny', plant_slowdown=-1)
+    with pytest.raises(ValueError, match='plant_hook_us must be between 0 and 100000'):
+        run.run('cpu', 'tiny', plant_hook_us=-5)

@@ -13,7 +13,17 @@
    upper quartile is below the baseline's lower quartile. *improved* (the baseline is stale: re-record it) in the
    mirror case. A shift beyond the tolerance without separation is *inconclusive*; anything else is *ok*.
 
-A wrong placement or coherence in a shim leg is a regression whatever the timings say.
+A wrong placement or coherence in a shim leg is a regression whatever the timings say, in either workload.
+
+**The shim's own cost** (``overhead/<stage>``: µs per batch of its hook path beyond the direct path, from
+:mod:`compatshim.bench.overhead`; lower is better) is judged in microseconds: *regression* when the median rose by more
+than ``max(`` :data:`OVERHEAD_FLOOR_US` ``, SPREAD_FACTOR × the larger IQR, half the baseline median)`` and the
+current lower quartile is above the baseline's upper quartile; *inconclusive* when either IQR exceeds twice the floor
+(too noisy to resolve it); only against a baseline with the same machine fingerprint (microseconds are a property of
+the CPU).
+
+**Bytes moved** (``bytes/<leg>``, recipe workload: host→device bytes per step of the shim legs) are deterministic:
+*regression* when they grew by more than :data:`BYTES_SLACK` (same workload size only).
 
 **Machine drift is not a regression.** The gate fails only on what the shim can cause. Ratios of a shim leg to legs
 that run no shim code in the same run are gated everywhere. Absolute throughput is judged by the rule above, and then:
@@ -40,10 +50,12 @@ from typing import Any, Optional
 
 __all__ = [
     'ABSOLUTE_FLOOR',
+    'BYTES_SLACK',
     'BaselineExistsError',
     'MAX_SPREAD',
     'MIN_WINDOWS',
     'NO_SHIM_LEGS',
+    'OVERHEAD_FLOOR_US',
     'RATIO_FLOOR',
     'SPREAD_FACTOR',
     'VERDICTS',
@@ -51,6 +63,8 @@ __all__ = [
     'baseline_path',
     'compare',
     'judge',
+    'judge_bytes',
+    'judge_overhead',
     'load_baseline',
     'quartiles',
     'record_baseline',
@@ -67,6 +81,10 @@ ABSOLUTE_FLOOR = 0.05
 SPREAD_FACTOR = 2.0
 MAX_SPREAD = 0.15
 MIN_WINDOWS = 3
+#: The smallest change of the hook overhead, in µs per batch, that can be a regression.
+OVERHEAD_FLOOR_US = 20.0
+#: Bytes per step may grow by this fraction (plus 1 KiB of Composer's own scalars) before it is a regression.
+BYTES_SLACK = 0.01
 
 #: Headline ratios (each the median of per-round ratios of two legs), gated on any machine.
 RATIO_METRICS: tuple[str, ...] = ('shim_vs_unpatched', 'shim_microbatch_vs_unpatched', 'shim_vs_no_transform')
@@ -137,13 +155,55 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float) -
     return Judgement('ok', f'{change:+.1%} within ±{tolerance:.1%}', now, then, change, tolerance)
 
 
+def judge_overhead(current: list[float], baseline: Optional[list[float]]) -> Judgement:
+    """The rule for the hook overhead (µs per batch, lower is better; module docstring)."""
+    if not current:
+        return Judgement('inconclusive', 'no samples in this run')
+    c_q1, now, c_q3 = quartiles(current)
+    if not baseline:
+        return Judgement('inconclusive', 'no baseline', current=now)
+    b_q1, then, b_q3 = quartiles(baseline)
+    if min(len(current), len(baseline)) < MIN_WINDOWS:
+        return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} samples', current=now, baseline=then)
+    iqr = max(c_q3 - c_q1, b_q3 - b_q1)
+    change = now - then
+    if iqr > 2 * OVERHEAD_FLOOR_US:
+        return Judgement('inconclusive', f'too noisy: IQR {iqr:.1f} µs > {2 * OVERHEAD_FLOOR_US:.0f} µs', now, then,
+                         change)
+    tolerance = max(OVERHEAD_FLOOR_US, SPREAD_FACTOR * iqr, 0.5 * abs(then))
+    if change > tolerance:
+        if c_q1 > b_q3:
+            return Judgement('regression', f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs', now, then, change,
+                             tolerance)
+        return Judgement('inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change,
+                         tolerance)
+    if change < -tolerance:
+        if c_q3 < b_q1:
+            return Judgement('improved', f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs: re-record the baseline',
+                             now, then, change, tolerance)
+        return Judgement('inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change,
+                         tolerance)
+    return Judgement('ok', f'{change:+.1f} µs/batch within ±{tolerance:.1f} µs', now, then, change, tolerance)
+
+
+def judge_bytes(current: int, baseline: Optional[int]) -> Judgement:
+    """Host→device bytes per step of a shim leg against the baseline's (deterministic: no noise rule)."""
+    if baseline is None:
+        return Judgement('inconclusive', 'no baseline', current=current)
+    change = current / baseline - 1 if baseline else float('inf')
+    if current > baseline * (1 + BYTES_SLACK) + 1024:
+        return Judgement('regression', f'{current} bytes/step, baseline {baseline} ({change:+.1%})', current,
+                         baseline, change, BYTES_SLACK)
+    return Judgement('ok', f'{current} bytes/step (baseline {baseline})', current, baseline, change, BYTES_SLACK)
+
+
 def _fingerprint_mismatch(current: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     return [key for key in MATCH_KEYS if current.get(key) != baseline.get(key)]
 
 
-def _expected(result: dict[str, Any], leg: str) -> Optional[str]:
+def _expected(legs: dict[str, Any], leg: str) -> Optional[str]:
     """What must hold for a shim leg, or ``None`` if the leg is fine."""
-    data = result['legs'].get(leg, {})
+    data = legs.get(leg, {})
     if not data.get('available'):
         return None
     if data['placement'] != 'device':
@@ -157,15 +217,37 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
     """Judge every metric of a bench result against a baseline (``None``: everything is inconclusive).
 
     Returns:
-        ``{'verdicts': {metric: Judgement as dict}, 'worst': verdict, 'fingerprint_mismatch': [keys]}``. Metrics:
-        ``placement/<leg>`` for the shim legs, the :data:`RATIO_METRICS`, and ``throughput/<leg>`` for every leg.
+        ``{'verdicts': {metric: Judgement as dict}, 'worst': verdict, 'fingerprint_mismatch': [keys], 'drift': ...}``.
+        Metrics: ``placement/<leg>`` and ``recipe-placement/<leg>`` for the shim legs, the :data:`RATIO_METRICS`,
+        ``throughput/<leg>`` for every leg, ``overhead/<stage>`` and ``bytes/<leg>`` where the shim installs hooks.
     """
     verdicts: dict[str, Judgement] = {}
-    for leg in ('shim-batch', 'shim-microbatch'):
-        if result['legs'].get(leg, {}).get('available'):
-            problem = _expected(result, leg)
-            verdicts[f'placement/{leg}'] = Judgement('regression', problem) if problem else Judgement('ok', 'on device')
+    recipe = result.get('recipe') or {}
+    for prefix, legs in (('placement', result['legs']), ('recipe-placement', recipe.get('legs', {}))):
+        for leg in ('shim-batch', 'shim-microbatch'):
+            if legs.get(leg, {}).get('available'):
+                problem = _expected(legs, leg)
+                verdicts[f'{prefix}/{leg}'] = Judgement('regression', problem) if problem else Judgement('ok',
+                                                                                                         'on device')
     mismatch = _fingerprint_mismatch(result['fingerprint'], baseline['fingerprint']) if baseline else []
+    same_size = bool(baseline) and result['fingerprint'].get('size') == baseline['fingerprint'].get('size')
+    base_recipe = (baseline or {}).get('recipe') or {}
+    for leg in ('shim-batch', 'shim-microbatch'):
+        data = recipe.get('legs', {}).get(leg, {})
+        if data.get('available'):
+            base_bytes = base_recipe.get('legs', {}).get(leg, {}).get('h2d_bytes_per_step') if same_size else None
+            verdicts[f'bytes/{leg}'] = judge_bytes(data['h2d_bytes_per_step'], base_bytes)
+    hook = result.get('hook_overhead_us') or {}
+    base_hook = (baseline or {}).get('hook_overhead_us') or {}
+    for stage in ('batch', 'microbatch'):
+        if hook.get('available'):
+            if baseline and mismatch:
+                verdicts[f'overhead/{stage}'] = Judgement(
+                    'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})',
+                    current=hook[stage]['median'])
+            else:
+                verdicts[f'overhead/{stage}'] = judge_overhead(hook[stage]['samples'],
+                                                               base_hook.get(stage, {}).get('samples'))
     for metric in RATIO_METRICS:
         samples = result['headline'][metric]['windows']
         if not samples:
@@ -243,7 +325,7 @@ def record_baseline(result: dict[str, Any], root: os.PathLike, replace: bool = F
         BaselineExistsError: A baseline exists and ``replace`` is false. The message gives both medians.
         ValueError: The result has a planted slowdown (a test run, not a baseline).
     """
-    if result.get('planted_slowdown'):
+    if result.get('planted_slowdown') or result.get('planted_hook_us'):
         raise ValueError('compatshim bench: a run with a planted slowdown cannot be recorded as a baseline')
     path = baseline_path(root, result['device'], result['env'])
     if path.exists() and not replace:

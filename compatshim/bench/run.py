@@ -1,6 +1,9 @@
-"""Run the benchmark legs in one process, interleaved, and measure placement, coherence and throughput.
+"""Run the benchmark legs in one process, interleaved, and measure placement, coherence, bytes moved and throughput.
 
-Legs (see :data:`LEGS`) are real Composer Trainers on the same workload. After :data:`WARMUP` untimed rounds, the legs
+Legs (see :data:`LEGS`) are real Composer Trainers on the same workload. Two workloads run
+(:data:`~compatshim.bench.workload.WORKLOADS`): ``augment``, the timed headline, and ``recipe`` (uint8 batches), which
+shows what crosses to the device per leg. A micro-benchmark (:mod:`compatshim.bench.overhead`) measures the shim's own
+hook path in microseconds per batch. After :data:`WARMUP` untimed rounds, the legs
 take turns, in a shuffled order each round (seeded; a fixed order biased an A/A comparison by ~1% through which leg ran
 after which), for ``size.windows`` timing windows; a window is one ``fit(duration='1ep')`` over
 ``size.steps`` batches, with the device synchronised at its edges only. Headline metrics are ratios of windows taken
@@ -28,12 +31,16 @@ from compatshim._api import _installed
 from compatshim._support import TESTED_RELEASES, Family, family_of
 from compatshim.bench import LEGS
 from compatshim.bench.compare import quartiles
-from compatshim.bench.workload import SIZES, Augment, Size, bench_loader, bench_model
+from compatshim.bench import overhead as _overhead
+from compatshim.bench.workload import SIZES, WORKLOADS, Size, Workload
 
 __all__ = ['LEGS', 'Leg', 'env_name', 'fingerprint', 'plan', 'run', 'summarize']
 
 #: Untimed rounds of every leg before the timed windows (compilation, allocator and cache warm-up).
 WARMUP = 2
+#: The recipe workload is timed for a quarter of the windows, at least this many (its throughput is reported; its
+#: bytes and placement are what it is for).
+MIN_RECIPE_WINDOWS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +64,9 @@ class Leg:
     dataspec: Callable[[Any], dict[str, Any]] = dataclasses.field(default=lambda fn: {}, repr=False)
 
 
-def plan(composer_version: str) -> list[Leg]:
-    """The legs for a Composer release, in :data:`LEGS` order."""
+def plan(composer_version: str, workload: Workload = WORKLOADS['augment']) -> list[Leg]:
+    """The legs for a Composer release, in :data:`LEGS` order (the ``recipe`` workload has no usable no-transform
+    leg: its model cannot train on raw uint8 images)."""
     family = family_of(composer_version)
     affected = family is not None
     native_mb = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
@@ -80,7 +88,8 @@ def plan(composer_version: str) -> list[Leg]:
         Leg('native-microbatch', 'microbatch_transforms=fn, no shim (0.27+)', native_mb,
             '' if native_mb else 'microbatch_transforms exists from Composer 0.27.0', dataspec=lambda fn: {
                 'microbatch_transforms': fn}),
-        Leg('no-transform', 'no transform (the cost floor)', True),
+        Leg('no-transform', 'no transform (the cost floor)', workload.raw_batch_trains,
+            '' if workload.raw_batch_trains else 'the model cannot train on the raw uint8 batch'),
     ]
 
 
@@ -151,12 +160,12 @@ def _synchronize(device: str) -> None:
 class _Planted:
     """The transform, made ``fraction`` slower (sleeps that share of each call's time): a planted regression."""
 
-    def __init__(self, fn: Augment, fraction: float, device: str) -> None:
+    def __init__(self, fn: Any, fraction: float, device: str) -> None:
         self.fn, self.fraction, self.device = fn, fraction, device
 
     @property
     def calls(self) -> int:
-        return self.fn.calls
+        return int(self.fn.calls)
 
     def __call__(self, batch: Any) -> Any:
         start = time.perf_counter()
@@ -169,7 +178,7 @@ class _Planted:
 class _Observed:
     """Wraps the transform for the placement check: records where each call saw the batch."""
 
-    def __init__(self, fn: Augment) -> None:
+    def __init__(self, fn: Any) -> None:
         from compatshim.testing import placement
 
         self.fn = fn
@@ -181,16 +190,15 @@ class _Observed:
         return self.fn(batch)
 
 
-def _trainer(leg: Leg, device: Any, size: Size, fn: Any) -> Any:
+def _trainer(leg: Leg, device: Any, size: Size, fn: Any, workload: Workload) -> Any:
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
-    model = bench_model()
-    kwargs = leg.dataspec(fn)
+    model = workload.model()
     return Trainer(
         model=model,
-        train_dataloader=DataSpec(bench_loader(size), **kwargs),
+        train_dataloader=DataSpec(workload.loader(size), **leg.dataspec(fn)),
         optimizers=DecoupledSGDW(model.parameters(), lr=0.01),
         device=device,
         device_train_microbatch_size=size.microbatch,
@@ -219,25 +227,37 @@ def _build(legs: list[Leg], make: Callable[[Leg], Any]) -> dict[str, Any]:
     return built
 
 
-def _check(legs: list[Leg], device: str, size: Size) -> dict[str, dict[str, Any]]:
-    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
+def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
+    """An observable device that counts the bytes, per dtype, of the host tensors it moves."""
     from compatshim.testing import is_on_device, observable_device
 
+    dev = observable_device(device)
+    moved: dict[str, int] = {}
+    to_device = dev.tensor_to_device
+
+    def counting(tensor: torch.Tensor) -> torch.Tensor:
+        if not is_on_device(tensor):
+            name = str(tensor.dtype).replace('torch.', '')
+            moved[name] = moved.get(name, 0) + tensor.nbytes
+        return to_device(tensor)
+
+    dev.tensor_to_device = counting  # instance attribute: this trainer's device only
+    return dev, moved
+
+
+def _per_step(moved: dict[str, int], steps: int) -> dict[str, int]:
+    """Bytes per dtype per step, largest first."""
+    return {name: n // steps for name, n in sorted(moved.items(), key=lambda kv: -kv[1]) if n}
+
+
+def _check(legs: list[Leg], device: str, size: Size, workload: Workload) -> dict[str, dict[str, Any]]:
+    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
     results: dict[str, dict[str, Any]] = {}
     for leg in legs:
-        dev = observable_device(device)
-        moved = [0]
-        to_device = dev.tensor_to_device
-
-        def counting(tensor: torch.Tensor, _to: Any = to_device, _moved: list = moved) -> torch.Tensor:
-            if not is_on_device(tensor):
-                _moved[0] += tensor.nbytes
-            return _to(tensor)
-
-        dev.tensor_to_device = counting  # instance attribute: this trainer's device only
-        observed = _Observed(Augment(size.blur))
+        dev, moved = _counting_device(device)
+        observed = _Observed(workload.transform(size))
         _set_shim(leg.shim)
-        trainer = _trainer(leg, dev, size, observed)
+        trainer = _trainer(leg, dev, size, observed, workload)
         try:
             trainer.fit(duration='2ba')
         finally:
@@ -252,25 +272,62 @@ def _check(legs: list[Leg], device: str, size: Size) -> dict[str, dict[str, Any]
         else:
             placement = seen[0] if len(seen) == 1 else 'mixed'
             coherence = 'coherent' if calls == 1 else f'per microbatch ({calls:g} calls/step)'
+        per_dtype = _per_step(moved, 2)
         results[leg.name] = {'placement': placement, 'coherence': coherence, 'calls_per_step': calls,
-                             'h2d_bytes_per_step': moved[0] // 2}
+                             'h2d_bytes_per_step': sum(per_dtype.values()), 'h2d_bytes_by_dtype': per_dtype}
     return results
 
 
-def _time(legs: list[Leg], trainers: dict[str, Any], device: str, size: Size, say: Callable[[str], None],
-          started: float) -> tuple[dict[str, list[float]], list[float], dict[str, int]]:
-    """The interleaved timing loop: seconds per window per leg, seconds per direct transform call, peak bytes."""
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else ''
+    return line if len(line) <= 160 else line[:157] + '...'
+
+
+def _main_dtype(moved: dict[str, int]) -> str:
+    """The dtype that carried most bytes (the images; Composer also moves a few scalars)."""
+    return max(moved, key=lambda name: moved[name]) if moved else 'nothing'
+
+
+def _plain(device: str, size: Size, workload: Workload) -> dict[str, Any]:
+    """What plain ``DataSpec(device_transforms=fn)`` does on this release without the shim, in words (2 steps)."""
+    dev, moved = _counting_device(device)
+    observed = _Observed(workload.transform(size))
+    leg = Leg('plain', 'device_transforms=fn, no shim', True, dataspec=lambda fn: {'device_transforms': fn})
+    compatshim.disable()
+    try:
+        trainer = _trainer(leg, dev, size, observed, workload)
+    except TypeError as exc:
+        return {'outcome': 'rejected',
+                'words': f'rejected: DataSpec(device_transforms=...) raises TypeError ({_first_line(exc)})'}
+    try:
+        trainer.fit(duration='2ba')
+    except Exception as exc:  # noqa: BLE001 (whatever the user's run dies of is the finding)
+        ran = 'the transform ran' if observed.placements else 'the transform never ran'
+        return {'outcome': 'fails', 'words': f'silently dropped: {ran}, the model got the raw {_main_dtype(moved)} '
+                f'batch and training fails ({type(exc).__name__}: {_first_line(exc)})'}
+    finally:
+        trainer.close()
+    where = sorted(set(observed.placements))
+    per_step = sum(moved.values()) // 2
+    if where == ['device']:
+        return {'outcome': 'device', 'words': f'runs on the device, after the move: {_main_dtype(moved)} images cross '
+                f'({per_step} bytes/step)'}
+    return {'outcome': 'host', 'words': f'runs on the {"/".join(where) or "host"}, before the move: the transformed '
+            f'{_main_dtype(moved)} images cross ({per_step} bytes/step)'}
+
+
+def _time(legs: list[Leg], trainers: dict[str, Any], device: str, n_windows: int, say: Callable[[str], None],
+          started: float) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """The interleaved timing loop: seconds per window per leg, and peak device bytes per leg (cuda)."""
     windows: dict[str, list[float]] = {leg.name: [] for leg in legs}
-    direct: list[float] = []
     peak: dict[str, int] = {leg.name: 0 for leg in legs}
-    direct_fn = Augment(size.blur)
-    direct_batch = _composer_device(device).batch_to_device(list(next(iter(bench_loader(size)))))
     # The shim stays enabled for the whole timed loop: toggling it between windows measurably skews the next window
     # (enable() checks Composer's code before patching). The legs without the shim hold DataSpecs built while it was
     # off, i.e. Composer's own objects; the placement check ran them with the shim off.
     compatshim.enable()
     try:
-        for window in range(-WARMUP + 1, size.windows + 1):  # windows up to 0 are warm-up
+        for window in range(-WARMUP + 1, n_windows + 1):  # windows up to 0 are warm-up
             order = random.Random(window).sample(legs, len(legs))
             for leg in order:
                 if device == 'cuda':
@@ -289,20 +346,66 @@ def _time(legs: list[Leg], trainers: dict[str, Any], device: str, size: Size, sa
                     peak[leg.name] = max(peak[leg.name], torch.cuda.max_memory_allocated())
                 if window > 0:
                     windows[leg.name].append(elapsed)
-            _synchronize(device)
-            start = time.perf_counter()
-            for _ in range(size.steps):
-                direct_fn(direct_batch)
-            _synchronize(device)
-            if window > 0:
-                direct.append((time.perf_counter() - start) / size.steps)
-            say(f'window {window}/{size.windows}' + (' (warm-up)' if window <= 0 else '') +
+            say(f'window {window}/{n_windows}' + (' (warm-up)' if window <= 0 else '') +
                 f' ({time.perf_counter() - started:.1f} s)')
     finally:
         compatshim.disable()
         for trainer in trainers.values():
             trainer.close()
-    return windows, direct, peak
+    return windows, peak
+
+
+def _paired(windows: dict[str, list[float]], a: str, b: str) -> list[float]:
+    """Per-round throughput ratios a/b (= time b / time a); empty when either leg did not run."""
+    if a not in windows or b not in windows:
+        return []
+    return [tb / ta for ta, tb in zip(windows[a], windows[b])]
+
+
+def _workload(workload: Workload, composer_version: str, device: str, size: Size, n_windows: int,
+              plant_slowdown: float, say: Callable[[str], None], started: float) -> dict[str, Any]:
+    """Check and time every available leg of one workload: the per-leg records and the timing windows."""
+    planned = plan(composer_version, workload)
+    legs = [leg for leg in planned if leg.available]
+    checks = _check(legs, device, size, workload)
+    say(f'{workload.name}: placement check done ({time.perf_counter() - started:.1f} s)')
+    fns = {leg.name: workload.transform(size) for leg in legs}
+    timed: dict[str, Any] = {
+        name: (_Planted(fn, plant_slowdown, device) if plant_slowdown and name.startswith('shim') else fn)
+        for name, fn in fns.items()
+    }
+    trainers = _build(legs, lambda leg: _trainer(leg, _composer_device(device), size, timed[leg.name], workload))
+    windows, peak = _time(legs, trainers, device, n_windows, lambda msg: say(f'{workload.name}: {msg}'), started)
+    samples = size.batch * size.steps
+    out: dict[str, Any] = {}
+    for leg in planned:
+        if not leg.available:
+            out[leg.name] = {'available': False, 'description': leg.description, 'reason': leg.reason}
+            continue
+        throughput = [samples / s for s in windows[leg.name]]
+        out[leg.name] = {
+            'available': True,
+            'description': leg.description,
+            **checks[leg.name],
+            # Calls per step over the timed windows (the placement check counts the same on its own device).
+            'timed_calls_per_step': fns[leg.name].calls / ((n_windows + WARMUP) * size.steps),
+            'peak_device_bytes': peak[leg.name] if device == 'cuda' else None,
+            'window_s': windows[leg.name],
+            'samples_per_s': summarize(throughput),
+            'samples_per_s_windows': throughput,
+        }
+    return {'legs': out, 'windows': windows}
+
+
+def _hook_overhead(device: str, affected: bool) -> dict[str, Any]:
+    """The micro-benchmark of the shim's hook path, per stage (µs per batch), or why there is none."""
+    if not affected:
+        return {'available': False, 'reason': 'unaffected release: the shim installs no hook'}
+    out: dict[str, Any] = {'available': True, 'calls_per_sample': _overhead.CALLS}
+    for stage in ('batch', 'microbatch'):
+        samples = _overhead.hook_overhead(_composer_device(device), lambda: _synchronize(device), stage)
+        out[stage] = {'samples': samples, **summarize(samples)}
+    return out
 
 
 def run(
@@ -310,8 +413,10 @@ def run(
     size_name: str = 'cpu',
     plant_slowdown: float = 0.0,
     progress: Optional[TextIO] = None,
+    plant_hook_us: float = 0.0,
 ) -> dict[str, Any]:
-    """Run every available leg and return the result record (see the README's "Benchmarks" section).
+    """Run every available leg of both workloads and the hook micro-benchmark; return the result record (README,
+    "Benchmarks").
 
     Args:
         device: ``cpu``, ``cuda`` or ``mps``.
@@ -319,20 +424,25 @@ def run(
         plant_slowdown: Make the transform this fraction slower in the shim legs (a planted regression, for
             checking that the comparison catches one). 0 for a real measurement.
         progress: Where to print progress lines (``None``: silent).
+        plant_hook_us: Make every call of the shim's DataSpec hooks this many microseconds slower (a planted
+            regression of the shim's own hook path). 0 for a real measurement.
 
     Returns:
-        A JSON-serialisable dict: env, fingerprint, per-leg placement/coherence/throughput, headline ratios.
+        A JSON-serialisable dict: env, fingerprint, per-leg placement/coherence/bytes/throughput of the ``augment``
+        workload (``legs``) and of the ``recipe`` workload (``recipe``), headline ratios, the hook overhead.
     """
     if size_name not in SIZES:
         raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZES)}')
+    if device not in ('cpu', 'cuda', 'mps'):
+        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of cpu, cuda, mps')
     if device == 'cuda' and not torch.cuda.is_available():
         raise RuntimeError('compatshim bench: --device cuda, but torch sees no CUDA device')
     if device == 'mps' and not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
         raise RuntimeError('compatshim bench: --device mps, but torch sees no MPS device')
-    if device not in ('cpu', 'cuda', 'mps'):
-        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of cpu, cuda, mps')
     if not 0.0 <= plant_slowdown <= 10.0:
         raise ValueError(f'compatshim bench: plant_slowdown must be between 0 and 10, got {plant_slowdown}')
+    if not 0.0 <= plant_hook_us <= 100_000:
+        raise ValueError(f'compatshim bench: plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size = SIZES[size_name]
     composer_version = _installed('mosaicml')
     if composer_version is None:
@@ -341,80 +451,57 @@ def run(
         raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
     say = (lambda msg: print(msg, file=progress, flush=True)) if progress else (lambda msg: None)
     env = env_name(device)
-    planned = plan(composer_version)
-    legs = [leg for leg in planned if leg.available]
-    say(f'{env}: legs {", ".join(leg.name for leg in legs)}; size {size_name}: {size}')
+    family = family_of(composer_version)
+    augment, recipe = WORKLOADS['augment'], WORKLOADS['recipe']
+    say(f'{env}: legs {", ".join(leg.name for leg in plan(composer_version) if leg.available)}; '
+        f'size {size_name}: {size}')
 
     started = time.perf_counter()
     try:
-        checks = _check(legs, device, size)
-        say(f'{env}: placement check done ({time.perf_counter() - started:.1f} s)')
-
-        fns = {leg.name: Augment(size.blur) for leg in legs}
-        timed: dict[str, Any] = {
-            name: (_Planted(fn, plant_slowdown, device) if plant_slowdown and name.startswith('shim') else fn)
-            for name, fn in fns.items()
-        }
-        trainers = _build(legs, lambda leg: _trainer(leg, _composer_device(device), size, timed[leg.name]))
-        windows, direct, peak = _time(legs, trainers, device, size, lambda msg: say(f'{env}: {msg}'), started)
+        with _overhead.planted_hook_delay(plant_hook_us):
+            main = _workload(augment, composer_version, device, size, size.windows, plant_slowdown,
+                             lambda msg: say(f'{env}: {msg}'), started)
+            plain = _plain(device, size, recipe)
+            recipe_run = _workload(recipe, composer_version, device, size, max(MIN_RECIPE_WINDOWS, size.windows // 4),
+                                   plant_slowdown, lambda msg: say(f'{env}: {msg}'), started)
+            hook = _hook_overhead(device, family is not None)
+            say(f'{env}: hook overhead measured ({time.perf_counter() - started:.1f} s)')
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
 
-    samples = size.batch * size.steps
-    leg_results: dict[str, Any] = {}
-    for leg in planned:
-        if not leg.available:
-            leg_results[leg.name] = {'available': False, 'description': leg.description, 'reason': leg.reason}
-            continue
-        throughput = [samples / s for s in windows[leg.name]]
-        leg_results[leg.name] = {
-            'available': True,
-            'description': leg.description,
-            **checks[leg.name],
-            # Calls per step over the timed windows (the placement check counts the same on its own device).
-            'timed_calls_per_step': fns[leg.name].calls / ((size.windows + WARMUP) * size.steps),
-            'peak_device_bytes': peak[leg.name] if device == 'cuda' else None,
-            'window_s': windows[leg.name],
-            'samples_per_s': summarize(throughput),
-            'samples_per_s_windows': throughput,
-        }
-
-    def paired(a: str, b: str) -> list[float]:
-        if a not in windows or b not in windows:
-            return []
-        return [tb / ta for ta, tb in zip(windows[a], windows[b])]  # throughput ratio a/b = time b / time a
-
-    def overhead(leg: str) -> list[float]:
-        """µs per step that ``leg`` spends beyond the no-transform leg plus one direct call of the transform."""
-        return [((t - tn) / size.steps - d) * 1e6 for t, tn, d in zip(windows[leg], windows['no-transform'], direct)]
-
-    shim_overhead, unpatched_overhead = overhead('shim-batch'), overhead('unpatched')
+    windows = main['windows']
     headline = {
-        'shim_vs_unpatched': paired('shim-batch', 'unpatched'),
-        'shim_microbatch_vs_unpatched': paired('shim-microbatch', 'unpatched'),
-        'shim_vs_no_transform': paired('shim-batch', 'no-transform'),
-        'native_microbatch_vs_unpatched': paired('native-microbatch', 'unpatched'),
+        'shim_vs_unpatched': _paired(windows, 'shim-batch', 'unpatched'),
+        'shim_microbatch_vs_unpatched': _paired(windows, 'shim-microbatch', 'unpatched'),
+        'shim_vs_no_transform': _paired(windows, 'shim-batch', 'no-transform'),
+        'native_microbatch_vs_unpatched': _paired(windows, 'native-microbatch', 'unpatched'),
     }
+    recipe_legs = recipe_run['legs']
+    shim_bytes = recipe_legs['shim-batch']['h2d_bytes_per_step']
+    unpatched_bytes = recipe_legs['unpatched']['h2d_bytes_per_step']
     return {
-        'schema': 1,
+        'schema': 2,
         'env': env,
         'composer': composer_version,
         'torch': torch.__version__,
         'device': device,
-        'family': getattr(family_of(composer_version), 'value', 'unaffected'),
+        'family': getattr(family, 'value', 'unaffected'),
         'fingerprint': fingerprint(device, size_name, size),
         'load_average': list(os.getloadavg()) if hasattr(os, 'getloadavg') else None,
         'measured_at': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'planted_slowdown': plant_slowdown,
-        'legs': leg_results,
-        'direct_transform_s': direct,
-        'headline': {
-            **{name: {'windows': values, **summarize(values)} for name, values in headline.items()},
-            # The shim's cost per batch beyond calling the transform directly on a batch already on the device; the
-            # unpatched leg's figure is the same measure without the shim (cache and allocator effects of running
-            # inside a trainer), so the shim's own share is the difference.
-            'overhead_us': {'windows': shim_overhead, **summarize(shim_overhead)},
-            'unpatched_overhead_us': {'windows': unpatched_overhead, **summarize(unpatched_overhead)},
+        'planted_hook_us': plant_hook_us,
+        'legs': main['legs'],
+        'headline': {name: {'windows': values, **summarize(values)} for name, values in headline.items()},
+        'recipe': {
+            'description': recipe.description,
+            'legs': recipe_legs,
+            # What plain device_transforms does here without the shim; on 0.27+ the unpatched leg is the host
+            # batch_transforms workaround instead, labelled as such in its description.
+            'plain_device_transforms': plain,
+            'bytes_shim_vs_unpatched': shim_bytes / unpatched_bytes if unpatched_bytes else None,
+            'shim_vs_unpatched': summarize(_paired(recipe_run['windows'], 'shim-batch', 'unpatched')),
         },
+        'hook_overhead_us': hook,
         'elapsed_s': time.perf_counter() - started,
     }

@@ -1,21 +1,28 @@
-"""The benchmark workload: synthetic images, a small CNN, and a heavy, batch-coherent augmentation pipeline.
+"""The benchmark workloads: synthetic images, small CNNs, and the ``device_transforms`` under test.
 
-Everything is plain torch, so it runs on any device, and nothing is downloaded. :class:`Augment` is the
-``device_transforms`` under test: random resized crop, colour jitter, Gaussian blur and mixup, each drawing **one**
-set of parameters per call from its own seeded generator (so it is batch-coherent when called once per batch).
+Everything is plain torch, so it runs on any device, and nothing is downloaded.
+
+* ``augment``: float32 images and a heavy, batch-coherent augmentation (:class:`Augment`: random resized crop, colour
+  jitter, Gaussian blur and mixup, each drawing **one** set of parameters per call from its own seeded generator).
+  It measures what running the transform on the device costs or saves.
+* ``recipe``: the canonical use of ``device_transforms`` (MosaicML's ImageNet ResNet recipe): a collate that yields
+  **uint8** NCHW images and int64 labels, then, on the device, normalisation with mean/std in 0–255 units and a
+  batch-level random crop and flip (:class:`RecipeTransform`). It measures what crosses to the device: 1 byte per
+  pixel when the transform runs after the move, 4 when it runs before it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
-__all__ = ['Augment', 'SIZES', 'Size', 'bench_loader', 'bench_model']
+__all__ = ['Augment', 'RecipeTransform', 'SIZES', 'Size', 'WORKLOADS', 'Workload', 'bench_loader', 'bench_model',
+           'recipe_loader', 'recipe_model']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,3 +144,98 @@ class Augment:
 
     def __repr__(self) -> str:
         return f'Augment(blur={self.blur})'
+
+
+# --- The recipe workload --------------------------------------------------------------------------------------------
+
+#: ImageNet channel mean and std in 0–255 units, as the recipe's device normalisation uses them.
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+def _uint8_collate(samples: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like the recipe's collate: stack uint8 HWC-decoded images as uint8 NCHW, labels as int64."""
+    images = torch.stack([image for image, _ in samples])
+    labels = torch.stack([label for _, label in samples]).to(torch.int64)
+    return images, labels
+
+
+def recipe_loader(size: Size, seed: int = 0) -> DataLoader:
+    """A loader over ``size.steps`` batches of random uint8 images (NCHW) with int64 class labels, collated per sample."""
+    gen = torch.Generator().manual_seed(seed)
+    n = size.batch * size.steps
+    x = torch.randint(0, 256, (n, 3, size.image, size.image), generator=gen, dtype=torch.uint8)
+    y = torch.randint(0, N_CLASSES, (n,), generator=gen)
+    return DataLoader(TensorDataset(x, y), batch_size=size.batch, shuffle=False, drop_last=True,
+                      collate_fn=_uint8_collate)
+
+
+def recipe_model() -> Any:
+    """The benchmark CNN with a hard-label cross-entropy, as a ComposerModel. It expects normalised float images: a
+    uint8 batch (the transform never ran) fails in the first convolution, as a real model would."""
+    from composer.models import ComposerModel
+
+    class RecipeModel(ComposerModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = bench_model().net
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            return self.net(batch[0])
+
+        def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            return F.cross_entropy(outputs, batch[1])
+
+    return RecipeModel()
+
+
+class RecipeTransform:
+    """The recipe's device transform: uint8 → float32, normalise (mean/std in 0–255 units), then one random crop
+    (padded by ``image // 8``, back to the same size) and one horizontal flip decision for the whole batch.
+
+    Args:
+        seed: Seed of the parameter generator (parameters are drawn on the host, one draw per call).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.gen = torch.Generator().manual_seed(seed)
+        self.calls = 0
+
+    def __call__(self, batch: Any) -> Any:
+        self.calls += 1
+        x, y = batch[0], batch[1]
+        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(1, 3, 1, 1).to(x.device)
+        std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(1, 3, 1, 1).to(x.device)
+        x = (x.float() - mean) / std
+        h, w = x.shape[-2:]
+        pad = max(1, h // 8)
+        x = F.pad(x, (pad, pad, pad, pad))
+        top, left = (int(v) for v in torch.randint(0, 2 * pad + 1, (2,), generator=self.gen))
+        x = x[:, :, top:top + h, left:left + w]
+        if bool(torch.rand((), generator=self.gen) < 0.5):
+            x = x.flip(-1)
+        return (x, y) if isinstance(batch, tuple) else [x, y]
+
+    def __repr__(self) -> str:
+        return 'RecipeTransform()'
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One benchmark workload: how to make its loader, its model and a fresh transform."""
+
+    name: str
+    description: str
+    loader: Callable[[Size], DataLoader]
+    model: Callable[[], Any]
+    transform: Callable[[Size], Any]
+    #: Whether the model can train on the raw batch (a no-transform leg makes sense).
+    raw_batch_trains: bool
+
+
+WORKLOADS: dict[str, Workload] = {
+    'augment': Workload('augment', 'float32 images, heavy batch-level augmentation on the device', bench_loader,
+                        bench_model, lambda size: Augment(size.blur), raw_batch_trains=True),
+    'recipe': Workload('recipe', 'uint8 images, device normalisation + batch crop/flip (the ImageNet recipe)',
+                       recipe_loader, recipe_model, lambda size: RecipeTransform(), raw_batch_trains=False),
+}

@@ -1,0 +1,139 @@
+"""The shim's own cost per batch, to the microsecond: its hook path against calling the move and the transform directly.
+
+The timed legs of :mod:`compatshim.bench.run` cannot resolve a few microseconds inside a step of milliseconds. This
+micro-benchmark takes the DataSpec hooks the shim installs on a real Composer ``DataSpec`` and calls them as the
+trainer does for one batch of one microbatch, inside a loop frame on the trainer's own ``Device``:
+
+* **shim path**: the batch-level hook (at stage ``batch``: loop frame lookup, the move through the trainer's device,
+  the transform, the result check), the trainer's own move (a no-op for a batch already on the device), and on 0.27+
+  the microbatch-level hook (at stage ``microbatch`` the transform runs there, after the move);
+* **direct path**: ``transform(device.batch_to_device(batch))``, what 0.24.1 did.
+
+On a small batch with a transform that returns its input, so the difference is the shim's plumbing only. The two paths
+alternate, ``calls`` calls per sample, for ``samples`` pairs; each sample's overhead is (shim − direct) / calls, in
+microseconds per batch. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted
+regression of the hook path, for checking that the gate catches one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+__all__ = ['CALLS', 'SAMPLES', 'hook_overhead', 'planted_hook_delay']
+
+#: Calls per path per sample, and samples (pairs) per stage.
+CALLS = 2000
+SAMPLES = 25
+
+
+class _Same:
+    """The transform of the micro-benchmark: returns the batch it was given (the shim's check still runs)."""
+
+    def __call__(self, batch: Any) -> Any:
+        return batch
+
+
+def _hooks(data_spec: Any) -> tuple[Callable[[Any], Any], Optional[Callable[[Any], Any]]]:
+    """The batch-level hook and (0.27+) the microbatch-level hook the trainer calls on ``data_spec``."""
+    from compatshim._transforms import BatchHook
+
+    for name in ('batch_transforms', 'device_transforms'):  # 0.27+ / 0.25–0.26
+        hook = getattr(data_spec, name, None)
+        if isinstance(hook, BatchHook):
+            return hook, (data_spec.microbatch_transforms if name == 'batch_transforms' else None)
+    raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is this release affected?)')
+
+
+def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def hook_overhead(device: Any, sync: Callable[[], None], stage: str, calls: int = CALLS,
+                  samples: int = SAMPLES) -> list[float]:
+    """Microseconds per batch that the shim's hook path spends beyond the direct path, one value per sample.
+
+    Args:
+        device: The trainer's Composer ``Device`` (``DeviceCPU`` on cpu).
+        sync: Waits for the device (a no-op on cpu).
+        stage: ``batch`` or ``microbatch``. The shim must be disabled when this is called; it is enabled at
+            ``stage`` for the measurement and disabled again.
+        calls: Calls per path per sample.
+        samples: Number of samples.
+    """
+    import compatshim
+    from compatshim import _loop_frames
+    from composer.core import DataSpec
+
+    batch = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
+    transform = _Same()
+    compatshim.enable(stage=stage)
+    try:
+        data_spec = DataSpec(torch.utils.data.DataLoader(range(4)), device_transforms=transform)
+        batch_hook, microbatch_hook = _hooks(data_spec)
+
+        def direct() -> Any:
+            return transform(device.batch_to_device(batch))
+
+        # The trainer's move is looked up on every call, as the trainer does: on 0.25–0.26 at stage microbatch the
+        # batch hook arms the loop frame, which puts the move-then-transform on the device instance.
+        with _loop_frames.loop_frame(device, 'train'):
+            if microbatch_hook is None:
+                def shim() -> Any:
+                    return device.batch_to_device(batch_hook(batch))
+            else:
+                mb_hook = microbatch_hook
+
+                def shim() -> Any:
+                    return mb_hook(device.batch_to_device(batch_hook(batch)))
+
+            for _ in range(max(1, calls // 10)):  # warm-up
+                shim()
+                direct()
+            out = []
+            for _ in range(samples):
+                shim_s = _time(shim, calls, sync)
+                direct_s = _time(direct, calls, sync)
+                out.append((shim_s - direct_s) / calls * 1e6)
+        return out
+    finally:
+        compatshim.disable()
+
+
+def _busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@contextlib.contextmanager
+def planted_hook_delay(microseconds: float) -> Iterator[None]:
+    """Make every call of the shim's DataSpec hooks ``microseconds`` slower (busy-wait) while the block runs."""
+    from compatshim._transforms import BatchHook, MicrobatchHook
+
+    if not microseconds:
+        yield
+        return
+    saved = {cls: cls.__dict__['__call__'] for cls in (BatchHook, MicrobatchHook)}
+
+    def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
+        def __call__(self: Any, batch: Any) -> Any:
+            _busy_wait(microseconds * 1e-6)
+            return original(self, batch)
+        return __call__
+
+    for cls, original in saved.items():
+        cls.__call__ = slowed(original)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for cls, original in saved.items():
+            cls.__call__ = original  # type: ignore[method-assign]
