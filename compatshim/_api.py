@@ -8,7 +8,8 @@ import enum
 import importlib.metadata
 import os
 import warnings
-from typing import Iterator, Mapping, Optional
+from collections.abc import Iterator, Mapping
+from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
@@ -118,8 +119,9 @@ def killed(environ: Optional[Mapping[str, str]] = None) -> bool:
     Raises:
         ValueError: The variable holds something other than the accepted values (named in the message).
     """
-    return _flag(KILL_SWITCH, 'turn the shim off (enable() then patches nothing)',
-                 os.environ if environ is None else environ)
+    return _flag(
+        KILL_SWITCH, 'turn the shim off (enable() then patches nothing)', os.environ if environ is None else environ
+    )
 
 
 def settings_from_environment(environ: Optional[Mapping[str, str]] = None) -> tuple[_stages.Stage, bool]:
@@ -165,16 +167,19 @@ def status() -> ShimStatus:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
         if _switch() in _TRUE:
-            detail = f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so ' \
-                     'enable() patches nothing.'
+            detail = (
+                f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so '
+                'enable() patches nothing.'
+            )
     else:
         verdict, family = Verdict.UNSUPPORTED, None
         detail = (
             f'Composer {composer} is outside the support table ({AFFECTED}); nothing is patched unless '
             'enable(allow_untested=True) finds the shape the shim knows.'
         )
-    return ShimStatus(composer, torch, verdict, None if family is None else family.value, stage, patches, detail,
-                      STATE.allow_untested)
+    return ShimStatus(
+        composer, torch, verdict, None if family is None else family.value, stage, patches, detail, STATE.allow_untested
+    )
 
 
 def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> ShimStatus:
@@ -222,7 +227,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         if killed():
             _warn_once(
                 'killed',
-                f'compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer\'s own '
+                f"compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer's own "
                 'behaviour applies). Unset it to re-enable the shim.',
                 CompatShimWarning,
             )
@@ -253,11 +258,11 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
 
 
 def _instrument(family: Optional[Family], version: str) -> Family:
-    from composer.core.data_spec import DataSpec  # noqa: PLC0415 (heavy: only when patching)
-    from composer.trainer.trainer import Trainer  # noqa: PLC0415
+    from composer.core.data_spec import DataSpec
+    from composer.trainer.trainer import Trainer
 
-    from compatshim._shape import check_shape, detect_family  # noqa: PLC0415
-    from compatshim.patches import data_spec, trainer  # noqa: PLC0415
+    from compatshim._shape import check_shape, detect_family
+    from compatshim.patches import data_spec, trainer
 
     if family is None:
         family = detect_family(DataSpec, Trainer, version)

@@ -1,4 +1,4 @@
-"""The ``compatshim`` command: ``run``, ``doctor``, ``bench`` and ``report``. Heavy imports happen inside each command."""
+"""The ``compatshim`` command: ``run``, ``doctor``, ``bench`` and ``report``. Heavy imports happen in each command."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional
 
 from compatshim._stages import STAGES
 
@@ -24,8 +25,11 @@ def _run(args: argparse.Namespace) -> int:
     if command[:1] == ['--']:
         command = command[1:]
     if not command:
-        print('compatshim run: no command given; usage: compatshim run [--stage batch|microbatch] '
-              '[--allow-untested] -- COMMAND [ARGS...]', file=sys.stderr)
+        print(
+            'compatshim run: no command given; usage: compatshim run [--stage batch|microbatch] '
+            '[--allow-untested] -- COMMAND [ARGS...]',
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         env = child_environment(os.environ, args.stage, args.allow_untested)
@@ -47,47 +51,59 @@ def _doctor(args: argparse.Namespace) -> int:
     return int(report['exit_code'])
 
 
-def _summary(result: dict) -> str:
-    planted = (f", PLANTED slowdown {result['planted_slowdown']:.0%}" if result['planted_slowdown'] else '') + (
-        f", PLANTED hook delay {result['planted_hook_us']:g} µs" if result.get('planted_hook_us') else '')
-    lines = [f"{result['env']} ({result['family']}), size {result['fingerprint']['size']['name']}, "
-             f"{result['elapsed_s']:.0f} s" + planted]
-    lines.append(f"  {'leg':18}{'placement':14}{'coherence':34}{'samples/s':>16}")
+def _summary(result: dict[str, Any]) -> str:
+    planted = (f', PLANTED slowdown {result["planted_slowdown"]:.0%}' if result['planted_slowdown'] else '') + (
+        f', PLANTED hook delay {result["planted_hook_us"]:g} µs' if result.get('planted_hook_us') else ''
+    )
+    lines = [
+        f'{result["env"]} ({result["family"]}), size {result["fingerprint"]["size"]["name"]}, '
+        f'{result["elapsed_s"]:.0f} s' + planted
+    ]
+    lines.append(f'  {"leg":18}{"placement":14}{"coherence":34}{"samples/s":>16}')
     for leg, data in result['legs'].items():
         if not data['available']:
-            lines.append(f"  {leg:18}n/a: {data['reason']}")
+            lines.append(f'  {leg:18}n/a: {data["reason"]}')
             continue
         thr = data['samples_per_s']
-        lines.append(f"  {leg:18}{data['placement']:14}{data['coherence']:34}"
-                     f"{thr['median']:>9.0f} ± {thr['iqr']:<5.0f}")
+        lines.append(
+            f'  {leg:18}{data["placement"]:14}{data["coherence"]:34}{thr["median"]:>9.0f} ± {thr["iqr"]:<5.0f}'
+        )
     head = result['headline']
     from compatshim.bench.compare import RATIO_METRICS
 
     for metric in RATIO_METRICS:
         if head[metric]['n']:
-            lines.append(f"  {metric:30} {head[metric]['median']:.3f} (IQR {head[metric]['iqr']:.3f})")
+            lines.append(f'  {metric:30} {head[metric]["median"]:.3f} (IQR {head[metric]["iqr"]:.3f})')
     hook = result['hook_overhead_us']
     if hook['available']:
-        lines.append(f"  {'shim hook overhead':30} " + ', '.join(
-            f"{stage} {hook[stage]['median']:.1f} µs/batch (IQR {hook[stage]['iqr']:.1f})"
-            for stage in ('batch', 'microbatch')))
+        lines.append(
+            f'  {"shim hook overhead":30} '
+            + ', '.join(
+                f'{stage} {hook[stage]["median"]:.1f} µs/batch (IQR {hook[stage]["iqr"]:.1f})'
+                for stage in ('batch', 'microbatch')
+            )
+        )
     else:
-        lines.append(f"  {'shim hook overhead':30} n/a: {hook['reason']}")
+        lines.append(f'  {"shim hook overhead":30} n/a: {hook["reason"]}')
     recipe = result['recipe']
     if recipe['bytes_shim_vs_unpatched'] is not None:
-        lines.append(f"  {'recipe: bytes shim/unpatched':30} {recipe['bytes_shim_vs_unpatched']:.2f} "
-                     f"({recipe['legs']['shim-batch']['h2d_bytes_per_step']} vs "
-                     f"{recipe['legs']['unpatched']['h2d_bytes_per_step']} bytes/step)")
-    lines.append(f"  {'recipe: plain device_transforms':30} {recipe['plain_device_transforms']['words']}")
+        lines.append(
+            f'  {"recipe: bytes shim/unpatched":30} {recipe["bytes_shim_vs_unpatched"]:.2f} '
+            f'({recipe["legs"]["shim-batch"]["h2d_bytes_per_step"]} vs '
+            f'{recipe["legs"]["unpatched"]["h2d_bytes_per_step"]} bytes/step)'
+        )
+    lines.append(f'  {"recipe: plain device_transforms":30} {recipe["plain_device_transforms"]["words"]}')
     comparison = result.get('comparison')
     if comparison:
-        lines.append(f"  baseline: {comparison['baseline'] or 'none'} -> worst verdict: {comparison['worst']}")
+        lines.append(f'  baseline: {comparison["baseline"] or "none"} -> worst verdict: {comparison["worst"]}')
         if comparison.get('drift'):
-            lines.append(f"  machine drift: the legs that run no shim code moved {comparison['drift']['change']:+.1%} "
-                         '(reported, not a regression; the ratios decide)')
+            lines.append(
+                f'  machine drift: the legs that run no shim code moved {comparison["drift"]["change"]:+.1%} '
+                '(reported, not a regression; the ratios decide)'
+            )
         for metric, judgement in comparison['verdicts'].items():
             if judgement['verdict'] != 'ok':
-                lines.append(f"    {metric}: {judgement['verdict']} ({judgement['reason']})")
+                lines.append(f'    {metric}: {judgement["verdict"]} ({judgement["reason"]})')
     return '\n'.join(lines)
 
 
@@ -104,19 +120,27 @@ def _bench(args: argparse.Namespace) -> int:
     if args.record and not args.replace:
         existing = cmp.baseline_path(args.baselines, args.device, run.env_name(args.device))
         if existing.exists():
-            print(f'compatshim bench: a baseline exists at {existing}; pass --replace to overwrite it '
-                  '(nothing was run)', file=sys.stderr)
+            print(
+                f'compatshim bench: a baseline exists at {existing}; pass --replace to overwrite it (nothing was run)',
+                file=sys.stderr,
+            )
             return EXIT_ERROR
     try:
-        result = run.run(args.device, args.size, plant_slowdown=args.plant_slowdown, progress=sys.stderr,
-                         plant_hook_us=args.plant_hook_us)
+        result = run.run(
+            args.device,
+            args.size,
+            plant_slowdown=args.plant_slowdown,
+            progress=sys.stderr,
+            plant_hook_us=args.plant_hook_us,
+        )
     except (ValueError, RuntimeError, ImportError) as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
     baseline = cmp.load_baseline(args.baselines, result['device'], result['env']) if args.baselines else None
     result['comparison'] = cmp.compare(result, baseline)
     result['comparison']['baseline'] = (
-        str(cmp.baseline_path(args.baselines, result['device'], result['env'])) if baseline else None)
+        str(cmp.baseline_path(args.baselines, result['device'], result['env'])) if baseline else None
+    )
     code = EXIT_REGRESSION if result['comparison']['worst'] == 'regression' else EXIT_OK
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +167,10 @@ def _report(args: argparse.Namespace) -> int:
             print(f'compatshim report: cannot read bench result {name}: {exc}', file=sys.stderr)
             return EXIT_ERROR
     written = report.write(results, args.out, png=not args.no_png)
-    print(f"wrote {args.out}/report.md, report.json{'' if args.no_png else ', ' + ', '.join(report.CHARTS)}: "
-          f"{len(results)} env(s), worst verdict {written['worst']}")
+    print(
+        f'wrote {args.out}/report.md, report.json{"" if args.no_png else ", " + ", ".join(report.CHARTS)}: '
+        f'{len(results)} env(s), worst verdict {written["worst"]}'
+    )
     return EXIT_REGRESSION if written['worst'] == 'regression' else EXIT_OK
 
 
@@ -154,36 +180,62 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest='subcommand', required=True)
 
     run = sub.add_parser(
-        'run', help='run a command with the shim enabled in every Python process that imports Composer',
+        'run',
+        help='run a command with the shim enabled in every Python process that imports Composer',
         description='Run COMMAND with the shim enabled in every Python process of the run that imports Composer '
-                    '(launcher ranks, multiprocessing children, subprocesses), without editing any script.')
+        '(launcher ranks, multiprocessing children, subprocesses), without editing any script.',
+    )
     run.add_argument('--stage', choices=STAGES, default=None, help='default stage (default: batch)')
-    run.add_argument('--allow-untested', action='store_true',
-                     help='patch a Composer newer than the support table if its code has a known shape')
+    run.add_argument(
+        '--allow-untested',
+        action='store_true',
+        help='patch a Composer newer than the support table if its code has a known shape',
+    )
     run.add_argument('command', nargs=argparse.REMAINDER, metavar='-- COMMAND [ARGS...]')
     run.set_defaults(func=_run)
 
     doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
     doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
     doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
-    doctor.add_argument('--stage', choices=STAGES, default=None,
-                        help="stage the self-check enables (default: this process's, else batch)")
-    doctor.add_argument('--allow-untested', action='store_true',
-                        help='check a Composer release outside the support table (as enable(allow_untested=True))')
+    doctor.add_argument(
+        '--stage',
+        choices=STAGES,
+        default=None,
+        help="stage the self-check enables (default: this process's, else batch)",
+    )
+    doctor.add_argument(
+        '--allow-untested',
+        action='store_true',
+        help='check a Composer release outside the support table (as enable(allow_untested=True))',
+    )
     doctor.set_defaults(func=_doctor)
 
     bench = sub.add_parser('bench', help='measure the legs on this release and compare with a baseline')
     bench.add_argument('--device', choices=('cpu', 'cuda', 'mps'), default='cpu')
-    bench.add_argument('--size', choices=('tiny', 'cpu', 'gpu'), default=None,
-                       help='workload size (default: cpu on cpu, gpu on cuda/mps)')
+    bench.add_argument(
+        '--size',
+        choices=('tiny', 'cpu', 'gpu'),
+        default=None,
+        help='workload size (default: cpu on cpu, gpu on cuda/mps)',
+    )
     bench.add_argument('--baselines', metavar='DIR', help='baseline directory (e.g. matrix/baselines)')
     bench.add_argument('--record', action='store_true', help='record this run as the baseline (never overwrites)')
     bench.add_argument('--replace', action='store_true', help='with --record: overwrite an existing baseline')
     bench.add_argument('--out', metavar='FILE', help='write the result (with its comparison) as JSON')
-    bench.add_argument('--plant-slowdown', type=float, default=0.0, metavar='FRACTION',
-                       help='make the transform this much slower in the shim legs (checks the comparison)')
-    bench.add_argument('--plant-hook-us', type=float, default=0.0, metavar='MICROSECONDS',
-                       help="make every call of the shim's own hooks this much slower (checks the overhead gate)")
+    bench.add_argument(
+        '--plant-slowdown',
+        type=float,
+        default=0.0,
+        metavar='FRACTION',
+        help='make the transform this much slower in the shim legs (checks the comparison)',
+    )
+    bench.add_argument(
+        '--plant-hook-us',
+        type=float,
+        default=0.0,
+        metavar='MICROSECONDS',
+        help="make every call of the shim's own hooks this much slower (checks the overhead gate)",
+    )
     bench.set_defaults(func=_bench)
 
     rep = sub.add_parser('report', help='aggregate bench results into report.md, report.json and the charts')

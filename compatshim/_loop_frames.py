@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
 
 __all__ = ['LoopFrame', 'current_frame', 'loop_frame']
 

@@ -21,7 +21,11 @@ from compatshim.errors import UnexpectedComposerShapeError
 __all__ = ['check_shape', 'detect_family']
 
 # The names each method's code must use, per family: the call sites the patch plan relies on.
-_BATCH_HOOK = {Family.HOST: 'device_transforms', Family.DROPPED: 'batch_transforms', Family.REJECTED: 'batch_transforms'}
+_BATCH_HOOK = {
+    Family.HOST: 'device_transforms',
+    Family.DROPPED: 'batch_transforms',
+    Family.REJECTED: 'batch_transforms',
+}
 _PARAMS = {
     Family.HOST: ({'device_transforms'}, {'batch_transforms', 'microbatch_transforms'}),
     Family.DROPPED: ({'device_transforms', 'batch_transforms', 'microbatch_transforms'}, set()),
@@ -48,7 +52,7 @@ def _code(func: Callable[..., Any]) -> tuple[Optional[types.CodeType], Any]:
 def _problems(family: Family, data_spec_cls: type, trainer_cls: type) -> list[str]:
     problems: list[str] = []
     required, forbidden = _PARAMS[family]
-    params = set(inspect.signature(data_spec_cls.__init__).parameters)
+    params = set(inspect.signature(data_spec_cls.__dict__['__init__']).parameters)
     if missing := required - params:
         problems.append(f'DataSpec.__init__ lacks {sorted(missing)}')
     if extra := forbidden & params:
@@ -71,12 +75,14 @@ def _problems(family: Family, data_spec_cls: type, trainer_cls: type) -> list[st
             problems.append(f'Trainer.{name} is {describe(inner)}, not a Python function')
             continue
         used = names_used(code)
-        missing = [needle for needle in needles if needle not in used]
-        if missing and getattr(inner, '__name__', None) != name:
-            problems.append(f'Trainer.{name} is {describe(inner)}, a wrapper that hides the method beneath it '
-                            '(it sets no __wrapped__)')
+        absent = [needle for needle in needles if needle not in used]
+        if absent and getattr(inner, '__name__', None) != name:
+            problems.append(
+                f'Trainer.{name} is {describe(inner)}, a wrapper that hides the method beneath it '
+                '(it sets no __wrapped__)'
+            )
             continue
-        problems.extend(f'Trainer.{name} no longer uses {needle}' for needle in missing)
+        problems.extend(f'Trainer.{name} no longer uses {needle}' for needle in absent)
     return problems
 
 

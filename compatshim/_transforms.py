@@ -25,6 +25,7 @@ __all__ = ['BatchHook', 'MicrobatchHook']
 Batch = Any
 Transform = Callable[[Batch], Batch]
 
+
 def _kind(batch: Batch) -> str:
     if hasattr(batch, 'shape') and hasattr(batch, 'dtype'):
         return 'tensor'
@@ -58,7 +59,7 @@ def _name(transform: Transform) -> str:
     return getattr(transform, '__qualname__', None) or type(transform).__name__
 
 
-def _apply(hook: 'BatchHook | MicrobatchHook', batch: Batch, stage: str) -> Batch:
+def _apply(hook: BatchHook | MicrobatchHook, batch: Batch, stage: str) -> Batch:
     """Call the user's transform (its exceptions propagate untouched) and check what it returned."""
     result = hook.transform(batch)
     problem = _structure_problem(batch, result)
@@ -71,11 +72,11 @@ def _apply(hook: 'BatchHook | MicrobatchHook', batch: Batch, stage: str) -> Batc
     return result
 
 
-def _stage_of(hook: 'BatchHook | MicrobatchHook') -> Optional[_stages.Stage]:
+def _stage_of(hook: BatchHook | MicrobatchHook) -> Optional[_stages.Stage]:
     return hook.stage or STATE.stage
 
 
-def _warn_inactive(hook: 'BatchHook') -> None:
+def _warn_inactive(hook: BatchHook) -> None:
     if not hook.warned:
         hook.warned = True
         warnings.warn(

@@ -23,7 +23,8 @@ import platform
 import subprocess
 import sys
 import warnings
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
 
 from compatshim import _api
 from compatshim._api import Verdict
@@ -76,7 +77,7 @@ def _self_check(kind: str, shim: bool) -> Leg:
     draws: list[float] = []
     seen: list[torch.Tensor] = []
 
-    def probe(mode: str):
+    def probe(mode: str) -> Callable[[Any], Any]:
         def transform(batch: Any) -> Any:
             calls[mode].append(placement(batch))
             x, y = batch
@@ -94,10 +95,11 @@ def _self_check(kind: str, shim: bool) -> Leg:
                 seen.append(x[:, 0].detach().cpu().clone())
             return x
 
-    def loader() -> DataLoader:
+    def loader() -> DataLoader[Any]:
         gen = torch.Generator().manual_seed(0)
-        return DataLoader(TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)),
-                          batch_size=8)
+        return DataLoader(
+            TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)), batch_size=8
+        )
 
     try:
         from composer import Trainer
@@ -105,9 +107,16 @@ def _self_check(kind: str, shim: bool) -> Leg:
         from composer.models import ComposerClassifier
 
         model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
-        trainer = Trainer(model=model, device=observable_device(kind), max_duration='2ba', device_train_microbatch_size=4,
-                          train_dataloader=DataSpec(loader(), device_transforms=probe('train')), progress_bar=False,
-                          precision='fp32', seed=0)
+        trainer = Trainer(
+            model=model,
+            device=observable_device(kind),
+            max_duration='2ba',
+            device_train_microbatch_size=4,
+            train_dataloader=DataSpec(loader(), device_transforms=probe('train')),
+            progress_bar=False,
+            precision='fp32',
+            seed=0,
+        )
         trainer.fit()
         trainer.eval(eval_dataloader=DataSpec(loader(), device_transforms=probe('eval')))
         trainer.predict(DataSpec(loader(), device_transforms=probe('predict')))
@@ -153,23 +162,33 @@ def _child_main(argv: Sequence[str]) -> int:
 
 
 def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, Any]:
-    """Run :func:`_child_main` in this interpreter, on this process's exact ``sys.path``, without compatshim run's hook."""
+    """Run :func:`_child_main` in this interpreter, on this process's exact ``sys.path``, without the run hook."""
     from compatshim._bootstrap import BOOTSTRAP_DIR, without_bootstrap
 
     path = [p for p in sys.path if os.path.abspath(p or os.curdir) != BOOTSTRAP_DIR]
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join(without_bootstrap(os.environ.get('PYTHONPATH', '')))}
-    code = ('import json, sys; sys.path[:] = json.loads(sys.argv[1]); from compatshim.doctor import _child_main; '
-            'sys.exit(_child_main(sys.argv[2:]))')
-    proc = subprocess.run([sys.executable, '-c', code, json.dumps(path), device or '', stage, '1' if untested else '0'],
-                          env=env, capture_output=True, text=True, timeout=900, check=False)
+    code = (
+        'import json, sys; sys.path[:] = json.loads(sys.argv[1]); from compatshim.doctor import _child_main; '
+        'sys.exit(_child_main(sys.argv[2:]))'
+    )
+    proc = subprocess.run(
+        [sys.executable, '-c', code, json.dumps(path), device or '', stage, '1' if untested else '0'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return found
     except (IndexError, ValueError):
         return {'crashed': f'the self-check process exited {proc.returncode}: {proc.stderr.strip()[-800:]}'}
 
 
-def run(device: Optional[str] = None, *, stage: Optional[str] = None,
-        allow_untested: Optional[bool] = None) -> dict[str, Any]:
+def run(
+    device: Optional[str] = None, *, stage: Optional[str] = None, allow_untested: Optional[bool] = None
+) -> dict[str, Any]:
     """Gather the doctor's findings as a JSON-ready dict (see the README for its fields).
 
     Never changes the calling process's shim state: the self-check runs in a child process.
@@ -204,8 +223,10 @@ def run(device: Optional[str] = None, *, stage: Optional[str] = None,
         report['summary'] = 'Composer or torch is not installed: nothing to check.'
         return report
     if before.verdict is Verdict.UNSUPPORTED and not untested:
-        report['summary'] = (f'Composer {before.composer_version} is outside the support table: cannot tell. Pass '
-                             '--allow-untested to check whether the shim patches it here.')
+        report['summary'] = (
+            f'Composer {before.composer_version} is outside the support table: cannot tell. Pass '
+            '--allow-untested to check whether the shim patches it here.'
+        )
         return report
     was_active = before.verdict is Verdict.PATCHED
     if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
@@ -219,25 +240,30 @@ def run(device: Optional[str] = None, *, stage: Optional[str] = None,
         report['summary'] = child['missing']
         return report
     without, with_shim = Leg(**child['without_shim']), Leg(**child['with_shim'])
-    report['self_check'] = {'device': 'fake accelerator (cpu)' if child['kind'] == 'cpu' else child['kind'],
-                            'without_shim': child['without_shim'], 'with_shim': child['with_shim'],
-                            'enable_error': child['enable_error']}
+    report['self_check'] = {
+        'device': 'fake accelerator (cpu)' if child['kind'] == 'cpu' else child['kind'],
+        'without_shim': child['without_shim'],
+        'with_shim': child['with_shim'],
+        'enable_error': child['enable_error'],
+    }
     if without.fixed('batch'):
         report['exit_code'], report['summary'] = EXIT_OK, 'Unaffected: device_transforms runs on the device.'
     elif with_shim.fixed(stage):
         report['exit_code'] = EXIT_OK if was_active else EXIT_AFFECTED
-        report['summary'] = (
-            'Affected; the shim fixes it here'
-            + (' and is enabled.' if was_active else ': add `import compatshim; compatshim.enable()` to your script, '
-               'or start it with `compatshim run -- ...`.')
+        report['summary'] = 'Affected; the shim fixes it here' + (
+            ' and is enabled.'
+            if was_active
+            else ': add `import compatshim; compatshim.enable()` to your script, '
+            'or start it with `compatshim run -- ...`.'
         )
     elif _switch_set():
         report['exit_code'] = EXIT_AFFECTED
-        report['summary'] = (f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let '
-                             'the shim fix this.')
+        report['summary'] = (
+            f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let the shim fix this.'
+        )
     else:
         report['exit_code'] = EXIT_NOT_FIXED
-        reason = f" ({child['enable_error']})" if child['enable_error'] else ''
+        reason = f' ({child["enable_error"]})' if child['enable_error'] else ''
         report['summary'] = f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
     return report
 
@@ -252,27 +278,29 @@ def _switch_set() -> bool:
 def text(report: dict[str, Any]) -> str:
     lines = [
         'compatshim doctor',
-        f"  Python {report['python']}, torch {report['torch'] or 'not installed'}, "
-        f"Composer {report['composer'] or 'not installed'}",
+        f'  Python {report["python"]}, torch {report["torch"] or "not installed"}, '
+        f'Composer {report["composer"] or "not installed"}',
     ]
     if report['devices']:
-        lines.append('  devices: ' + ', '.join(f"{k}: {'yes' if v else 'no'}" for k, v in report['devices'].items()))
-    lines.append(f"  verdict: {report['verdict']}" + (f" ({report['family']} family)" if report['family'] else ''))
-    lines.append(f"  {report['detail']}")
+        lines.append('  devices: ' + ', '.join(f'{k}: {"yes" if v else "no"}' for k, v in report['devices'].items()))
+    lines.append(f'  verdict: {report["verdict"]}' + (f' ({report["family"]} family)' if report['family'] else ''))
+    lines.append(f'  {report["detail"]}')
     if report['would_patch']:
-        lines.append('  enable() patches: ' + ', '.join(t.rsplit('.', 2)[-2] + '.' + t.rsplit('.', 1)[-1]
-                                                      for t in report['would_patch']))
+        lines.append(
+            '  enable() patches: '
+            + ', '.join(t.rsplit('.', 2)[-2] + '.' + t.rsplit('.', 1)[-1] for t in report['would_patch'])
+        )
     check = report['self_check']
     if check:
-        lines.append(f"  self-check on {check['device']} (2-step fit, eval, predict):")
-        lines.append(f"    {'':14}{'train':14}{'eval':14}{'predict':14}coherent")
+        lines.append(f'  self-check on {check["device"]} (2-step fit, eval, predict):')
+        lines.append(f'    {"":14}{"train":14}{"eval":14}{"predict":14}coherent')
         for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
             leg = check[key]
             coherent = {True: 'yes', False: 'no', None: '-'}[leg['coherent']]
-            lines.append(f"    {name:14}{leg['train']:14}{leg['eval']:14}{leg['predict']:14}{coherent}")
+            lines.append(f'    {name:14}{leg["train"]:14}{leg["eval"]:14}{leg["predict"]:14}{coherent}')
             if leg['error']:
-                lines.append(f"      {leg['error'][:160]}")
-    lines.append(f"  result: {report['summary']} (exit {report['exit_code']})")
+                lines.append(f'      {leg["error"][:160]}')
+    lines.append(f'  result: {report["summary"]} (exit {report["exit_code"]})')
     return '\n'.join(lines)
 
 

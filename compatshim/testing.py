@@ -37,27 +37,28 @@ class FakeAcceleratorTensor(torch.Tensor):
     """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
 
     @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict] = None) -> Any:
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
         if func is torch.Tensor.cpu or func is torch.Tensor.numpy:
             with torch._C.DisableTorchFunctionSubclass():
                 plain = args[0].clone()
             return plain if func is torch.Tensor.cpu else plain.numpy()
-        return super().__torch_function__(func, types, args, kwargs or {})
+        return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
 
-    def __deepcopy__(self, memo: dict) -> 'FakeAcceleratorTensor':  # noqa: D105
+    def __deepcopy__(self, memo: dict[int, Any]) -> FakeAcceleratorTensor:
         with torch._C.DisableTorchFunctionSubclass():
             copy = self.detach().clone()
         result = copy.as_subclass(FakeAcceleratorTensor)
         memo[id(self)] = result
         return result
 
-    def __reduce_ex__(self, protocol: Any) -> Any:  # noqa: D105 (pickles as the host tensor it wraps)
+    def __reduce_ex__(self, protocol: Any) -> Any:
         with torch._C.DisableTorchFunctionSubclass():
             return (_to_fake, (self.detach().clone(),))
 
-    def __repr__(self, **kwargs: Any) -> str:  # noqa: D105
+    # torch declares Tensor.__repr__ untyped (``*, tensor_contents=None``); this override keeps its call shape.
+    def __repr__(self, **kwargs: Any) -> str:  # type: ignore[override]
         with torch._C.DisableTorchFunctionSubclass():
-            return f'FakeAccelerator{torch.Tensor.__repr__(self)}'
+            return f'FakeAccelerator{torch.Tensor.__repr__(self, **kwargs)}'  # type: ignore[no-untyped-call]
 
 
 def _to_fake(tensor: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ class _MovesToFake:
 
     tensors_moved: int
 
-    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:  # noqa: D102
+    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         if not isinstance(tensor, FakeAcceleratorTensor):
             self.tensors_moved += 1
         return _to_fake(tensor)
@@ -102,17 +103,17 @@ class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
     dist_backend = 'gloo'
     name = 'fake-gpu'
 
-    def __init__(self) -> None:  # noqa: D107 (deliberately skips DeviceGPU.__init__, which needs CUDA)
+    def __init__(self) -> None:
         self._device = torch.device('cpu')
         self.tensors_moved = 0
 
-    def module_to_device(self, module: Any) -> Any:  # noqa: D102
+    def module_to_device(self, module: Any) -> Any:
         return module.to(self._device)
 
-    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: D102
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
 

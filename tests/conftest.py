@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compatshim  # noqa: E402
-from compatshim._support import AFFECTED, TESTED_RELEASES, Family, family_of  # noqa: E402
+import compatshim
+from compatshim._support import AFFECTED, TESTED_RELEASES, Family, family_of
 
 COMPOSER = importlib.metadata.version('mosaicml')
 FAMILY = family_of(COMPOSER) if COMPOSER in AFFECTED else None
@@ -30,8 +31,11 @@ IS_AFFECTED = FAMILY is not None
 #: (compatshim run's plumbing, the doctor's variants, the two-node launch) run there, to keep the matrix fast; every
 #: placement and coherence test with its control still runs on every release.
 REPRESENTATIVE = COMPOSER == max((r.composer for r in TESTED_RELEASES if r.family is FAMILY), key=Version)
-PER_FAMILY = pytest.mark.skipif(not REPRESENTATIVE, reason=f'runs on the newest release of the '
-                                f'{FAMILY.value if FAMILY else "unaffected"} family only (mechanism, not release)')
+PER_FAMILY = pytest.mark.skipif(
+    not REPRESENTATIVE,
+    reason=f'runs on the newest release of the '
+    f'{FAMILY.value if FAMILY else "unaffected"} family only (mechanism, not release)',
+)
 from conftest_device import DEVICE, DEVICE_MISSING, make_device  # noqa: E402,F401 (re-exported to tests)
 
 
@@ -57,7 +61,9 @@ def _control_reason() -> str:
 
 
 #: Marks a leg run without the shim: it must fail on every affected release, and pass on an unaffected one.
-CONTROL = pytest.mark.xfail(IS_AFFECTED, strict=True, reason=_control_reason(), raises=(AssertionError, TypeError, ValueError))
+CONTROL = pytest.mark.xfail(
+    IS_AFFECTED, strict=True, reason=_control_reason(), raises=(AssertionError, TypeError, ValueError)
+)
 
 #: Legs of a placement/coherence test: with the shim (default stage), and the control without it.
 LEGS = [pytest.param('shim', id='shim'), pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control])]
@@ -68,7 +74,7 @@ NEEDS_PATCH = pytest.mark.skipif(not IS_AFFECTED, reason=f'Composer {COMPOSER} i
 
 @pytest.fixture
 def leg(request: Any) -> Iterator[str]:
-    """Enable the shim for the ``shim`` leg (stage from ``request.param``'s companion ``stage`` marker), not for control."""
+    """Enable the shim for the ``shim`` leg (stage from the companion ``stage`` marker), not for control."""
     name = request.param
     marker = request.node.get_closest_marker('stage')
     stage = marker.args[0] if marker else 'batch'

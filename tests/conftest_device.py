@@ -14,7 +14,9 @@ def _device_missing() -> str | None:
     if DEVICE == 'cpu':
         return None
     if DEVICE == 'cuda':
-        return None if torch.cuda.is_available() else 'COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False'
+        return (
+            None if torch.cuda.is_available() else 'COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False'
+        )
     if DEVICE == 'mps':
         available = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
         return None if available else 'COMPATSHIM_TEST_DEVICE=mps, but torch.backends.mps.is_available() is False'

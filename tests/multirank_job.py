@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compatshim  # noqa: E402
+import compatshim
 
 leg, out = sys.argv[1], Path(sys.argv[2])
 if leg == 'shim':
@@ -29,8 +29,12 @@ from workload import Probe, dataset, steps, trainer  # noqa: E402
 data = dataset(16 * dist.get_world_size())
 loader = DataLoader(data, batch_size=8, sampler=dist.get_sampler(data, shuffle=False))
 probe = Probe()
-t, recorder = trainer(make_device(), train_dataloader=DataSpec(loader, device_transforms=probe), max_duration='2ba',
-                      device_train_microbatch_size=2)
+t, recorder = trainer(
+    make_device(),
+    train_dataloader=DataSpec(loader, device_transforms=probe),
+    max_duration='2ba',
+    device_train_microbatch_size=2,
+)
 t.fit()
 result = {
     'rank': dist.get_global_rank(),

@@ -21,7 +21,7 @@ HEAVY = ('torch', 'composer', 'compatshim')
 SEEN: list[str] = []  # the shim's warnings, also printed to stderr as usual
 
 
-def _show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings.showwarning's API
+def _show(message, category, filename, lineno, file=None, line=None):
     if 'compatshim' in str(message):
         SEEN.append(f'{category.__name__}: {message}')
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
@@ -54,8 +54,12 @@ def train(enable: bool, workers: bool) -> dict:
 
     probe = Probe()
     kwargs = {'num_workers': 1, 'multiprocessing_context': 'spawn', 'worker_init_fn': worker_modules} if workers else {}
-    t, recorder = trainer(make_device(), train_dataloader=DataSpec(loader(8, **kwargs), device_transforms=probe),
-                          max_duration='1ba', device_train_microbatch_size=4)
+    t, recorder = trainer(
+        make_device(),
+        train_dataloader=DataSpec(loader(8, **kwargs), device_transforms=probe),
+        max_duration='1ba',
+        device_train_microbatch_size=4,
+    )
     t.fit()
     status = compatshim.status()
     draws = steps(recorder, 2)[0][:, 0].tolist()
@@ -81,8 +85,11 @@ def main() -> None:
     out = Path(sys.argv[1])
     args = sys.argv[2:]
     hook = any(type(f).__name__ == 'ComposerImportHook' for f in sys.meta_path)
-    result = {'start_modules': heavy_modules(), 'hook_armed': hook,
-              'chained': bool(getattr(sys.modules.get('sitecustomize'), 'CHAINED', False))}
+    result = {
+        'start_modules': heavy_modules(),
+        'hook_armed': hook,
+        'chained': bool(getattr(sys.modules.get('sitecustomize'), 'CHAINED', False)),
+    }
     if '--child' in args:
         context = multiprocessing.get_context(args[args.index('--child') + 1])
         queue = context.Queue()

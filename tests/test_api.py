@@ -76,7 +76,7 @@ def test_two_threads_enable_at_once() -> None:
         try:
             barrier.wait()
             results.append(compatshim.enable())
-        except BaseException as e:  # pragma: no cover - reported below
+        except BaseException as e:  # noqa: BLE001  # pragma: no cover - any error in the thread is reported below
             errors.append(e)
 
     threads = [threading.Thread(target=go) for _ in range(2)]
@@ -196,10 +196,9 @@ def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
 @NEEDS_PATCH
 def test_disabled_shim_runs_transform_on_host_with_a_warning() -> None:
     """Documented: after disable(), a DataSpec built while enabled runs device_transforms before the move."""
+    from composer.core import DataSpec
     from conftest import make_device
     from workload import trainer
-
-    from composer.core import DataSpec
 
     compatshim.enable()
     probe = Probe()

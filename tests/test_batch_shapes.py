@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 from conftest import LEGS, make_device
-from workload import any_batch_model
 from torch.utils.data import DataLoader
+from workload import any_batch_model
 
 from compatshim.testing import placement
 
@@ -49,10 +49,19 @@ def test_structures(leg: str, kind: str) -> None:
         return batch
 
     data = [torch.randn(4) for _ in range(8)]
-    spec = DataSpec(DataLoader(data, batch_size=4, collate_fn=_collate_as(kind)), device_transforms=transform,
-                    get_num_samples_in_batch=lambda b: len(_x(b)))
-    trainer = Trainer(model=any_batch_model(_x), device=make_device(), train_dataloader=spec, max_duration='2ba',
-                      progress_bar=False, precision='fp32')
+    spec = DataSpec(
+        DataLoader(data, batch_size=4, collate_fn=_collate_as(kind)),
+        device_transforms=transform,
+        get_num_samples_in_batch=lambda b: len(_x(b)),
+    )
+    trainer = Trainer(
+        model=any_batch_model(_x),
+        device=make_device(),
+        train_dataloader=spec,
+        max_duration='2ba',
+        progress_bar=False,
+        precision='fp32',
+    )
     trainer.fit()
     assert [p for p, _ in seen] == ['device', 'device']
     batch = seen[0][1]

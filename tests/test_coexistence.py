@@ -40,6 +40,7 @@ class Agent:
 
             setattr(owner, name, traced)
         else:
+
             def traced_wrapt(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
                 self.calls += 1
                 return wrapped(*args, **kwargs)
@@ -113,7 +114,9 @@ def test_agent_after_enable_survives_disable_and_reenable(kind: str, target: tup
     ours = vars(owner)[name]
     agent = Agent(owner, name, kind)
 
-    with pytest.warns(compatshim.CompatShimWarning, match=rf'{target[1]}\.{name} \(now .*\) were wrapped by other code'):
+    with pytest.warns(
+        compatshim.CompatShimWarning, match=rf'{target[1]}\.{name} \(now .*\) were wrapped by other code'
+    ):
         compatshim.disable()
     assert agent.is_on_top(), "disable() removed another library's wrapper"
     assert compatshim.status().verdict is compatshim.Verdict.AFFECTED and not compatshim.is_patched(owner, name)

@@ -74,7 +74,7 @@ def test_auto_microbatching_with_oom_retry(leg: str) -> None:
     recorder = OOMRecorder(oom_above=2)
     probe, seen = _fit('auto', recorder=recorder, device=make_device(auto_microbatching=True))
     assert recorder.ooms == 2, f'expected 2 simulated out-of-memory retries, got {recorder.ooms}'
-    per_step = [torch.cat(seen[i:i + 4]) for i in range(0, len(seen), 4)]
+    per_step = [torch.cat(seen[i : i + 4]) for i in range(0, len(seen), 4)]
     _assert_coherent(probe, per_step)
     _, fixed = _fit(2)
     assert all(torch.equal(a, b) for a, b in zip(per_step, fixed)), "'auto' changed the transformed batches"

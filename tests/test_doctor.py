@@ -26,18 +26,26 @@ def _state() -> tuple[Any, ...]:
     from composer.core.data_spec import DataSpec
     from composer.trainer.trainer import Trainer
 
-    return (compatshim.status(), STATE.stage, STATE.family, STATE.allow_untested,
-            tuple((key, record.replacement, record.active) for key, record in STATE.patches.items()),
-            [tuple(vars(cls).items()) for cls in (DataSpec, Trainer)])
+    return (
+        compatshim.status(),
+        STATE.stage,
+        STATE.family,
+        STATE.allow_untested,
+        tuple((key, record.replacement, record.active) for key, record in STATE.patches.items()),
+        [tuple(vars(cls).items()) for cls in (DataSpec, Trainer)],
+    )
 
 
 def _cli(*args: str, **env: str) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env})
+    proc = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=600, env={**os.environ, **env}
+    )
     try:
         return proc.returncode, json.loads(proc.stdout), proc.stderr
     except ValueError:
-        raise AssertionError(f'no JSON from {args} ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}')
+        raise AssertionError(
+            f'no JSON from {args} ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}'
+        ) from None
 
 
 @pytest.mark.device
@@ -127,14 +135,14 @@ def test_dev_build_from_the_command_line(dev_build: str) -> None:
     assert report['self_check']['with_shim']['train'] == 'device'
 
 
-HIDING_AGENT = '''
+HIDING_AGENT = """
 # An agent loaded at interpreter start that wraps the train loop without __wrapped__ (hides what it wraps).
 import composer.trainer.trainer as _module
 _loop = _module.Trainer._train_loop
 def hidden_train_loop(self, *args, **kwargs):
     return _loop(self, *args, **kwargs)
 _module.Trainer._train_loop = hidden_train_loop
-'''
+"""
 
 
 @PER_FAMILY

@@ -58,7 +58,9 @@ def test_transform_exception_propagates_unchanged(stage: str) -> None:
     compatshim.enable(stage=stage)
     patched = _state.patched_targets()
     device = make_device()
-    t, _ = trainer(device, train_dataloader=_spec(failing_transform), max_duration='2ba', device_train_microbatch_size=4)
+    t, _ = trainer(
+        device, train_dataloader=_spec(failing_transform), max_duration='2ba', device_train_microbatch_size=4
+    )
     with pytest.raises(UserAugmentError) as info:
         t.fit()
     assert type(info.value) is UserAugmentError and str(info.value) == 'boom in the user transform'
@@ -74,11 +76,18 @@ def test_transform_exception_propagates_unchanged(stage: str) -> None:
 
 @NEEDS_PATCH
 @pytest.mark.parametrize('stage', STAGES)
-@pytest.mark.parametrize(('returns', 'message'), [
-    (lambda batch: None, 'returned None'),
-    (lambda batch: batch[0], r'returned a tensor for a batch that was a (list|tuple) of 2'),
-    (lambda batch: [batch[0], batch[1], batch[1]], r'returned a list of 3 for a batch that was a (list|tuple) of 2'),
-], ids=['none', 'tensor-for-list', 'longer-list'])
+@pytest.mark.parametrize(
+    ('returns', 'message'),
+    [
+        (lambda batch: None, 'returned None'),
+        (lambda batch: batch[0], r'returned a tensor for a batch that was a (list|tuple) of 2'),
+        (
+            lambda batch: [batch[0], batch[1], batch[1]],
+            r'returned a list of 3 for a batch that was a (list|tuple) of 2',
+        ),
+    ],
+    ids=['none', 'tensor-for-list', 'longer-list'],
+)
 def test_transform_returning_the_wrong_thing(stage: str, returns: Any, message: str) -> None:
     compatshim.enable(stage=stage)
     device = make_device()
@@ -149,10 +158,20 @@ def test_structures_match_composers_batch_to_device(kind: str) -> None:
         return batch
 
     data = [torch.randn(4) for _ in range(8)]
-    spec = DataSpec(DataLoader(data, batch_size=4, collate_fn=_collate(kind)), device_transforms=transform,
-                    get_num_samples_in_batch=lambda b: len(_x(b)), split_batch=lambda b, n: [b])
-    Trainer(model=any_batch_model(_x), device=make_device(), train_dataloader=spec, max_duration='2ba', progress_bar=False,
-            precision='fp32').fit()
+    spec = DataSpec(
+        DataLoader(data, batch_size=4, collate_fn=_collate(kind)),
+        device_transforms=transform,
+        get_num_samples_in_batch=lambda b: len(_x(b)),
+        split_batch=lambda b, n: [b],
+    )
+    Trainer(
+        model=any_batch_model(_x),
+        device=make_device(),
+        train_dataloader=spec,
+        max_duration='2ba',
+        progress_bar=False,
+        precision='fp32',
+    ).fit()
     expected = _shape_of(make_device().batch_to_device(_collate(kind)(data[:4])))
     assert seen == [expected, expected]
 
@@ -161,8 +180,15 @@ def _checkpoint(folder: Path, shim: bool, transform: Any) -> tuple[Path, dict[st
     """Train 2 batches with the shim on or off and save; returns the checkpoint and the final weights."""
     (compatshim.enable if shim else compatshim.disable)()
     spec = _spec(transform if shim or FAMILY is not Family.REJECTED else None)
-    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', device_train_microbatch_size=4,
-                   save_folder=str(folder), save_interval='2ba', save_filename='ckpt-ba{batch}.pt')
+    t, _ = trainer(
+        make_device(),
+        train_dataloader=spec,
+        max_duration='2ba',
+        device_train_microbatch_size=4,
+        save_folder=str(folder),
+        save_interval='2ba',
+        save_filename='ckpt-ba{batch}.pt',
+    )
     t.fit()
     weights = {k: v.detach().cpu().clone() for k, v in t.state.model.state_dict().items()}
     t.close()
@@ -171,16 +197,18 @@ def _checkpoint(folder: Path, shim: bool, transform: Any) -> tuple[Path, dict[st
     return path, weights
 
 
-@pytest.mark.parametrize(('saved_with', 'resumed_with'), [(True, True), (True, False), (False, True)],
-                         ids=['on-on', 'on-off', 'off-on'])
+@pytest.mark.parametrize(
+    ('saved_with', 'resumed_with'), [(True, True), (True, False), (False, True)], ids=['on-on', 'on-off', 'off-on']
+)
 def test_checkpoint_save_and_resume(tmp_path: Path, saved_with: bool, resumed_with: bool) -> None:
     path, weights = _checkpoint(tmp_path, saved_with, Probe())
     assert b'compatshim' not in path.read_bytes(), 'something of the shim was pickled into the checkpoint'
     (compatshim.enable if resumed_with else compatshim.disable)()
     probe = Probe()
     spec = _spec(probe if resumed_with or FAMILY is not Family.REJECTED else None)
-    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='4ba', device_train_microbatch_size=4,
-                   load_path=str(path))
+    t, _ = trainer(
+        make_device(), train_dataloader=spec, max_duration='4ba', device_train_microbatch_size=4, load_path=str(path)
+    )
     loaded = t.state.model.state_dict()
     for name, value in weights.items():
         assert torch.equal(loaded[name].detach().cpu(), value), f'{name} was not restored'
@@ -226,8 +254,12 @@ def test_pickle_and_deepcopy(leg: str, how: str) -> None:
 def test_dataloader_workers(leg: str, context: str) -> None:
     probe = Probe()
     workers = loader(16, num_workers=2, multiprocessing_context=context)
-    t, _ = trainer(make_device(), train_dataloader=_spec(probe, dataloader=workers), max_duration='2ba',
-                   device_train_microbatch_size=4)
+    t, _ = trainer(
+        make_device(),
+        train_dataloader=_spec(probe, dataloader=workers),
+        max_duration='2ba',
+        device_train_microbatch_size=4,
+    )
     t.fit()
     assert [c.placement for c in probe.calls] == ['device', 'device']
     assert sorted(i for c in probe.calls for i in c.ids) == list(range(16))
@@ -252,7 +284,14 @@ def test_after_dataloader_algorithm_sees_the_device_batch(leg: str) -> None:
     algorithm = RecordingCutOut(length=0.25)
     size = SIZES['tiny']
     spec = DataSpec(bench_loader(size), device_transforms=Augment(size.blur))
-    Trainer(model=bench_model(), train_dataloader=spec, device=make_device(), max_duration='2ba',
-            device_train_microbatch_size=size.microbatch, algorithms=[algorithm], progress_bar=False,
-            precision='fp32').fit()
+    Trainer(
+        model=bench_model(),
+        train_dataloader=spec,
+        device=make_device(),
+        max_duration='2ba',
+        device_train_microbatch_size=size.microbatch,
+        algorithms=[algorithm],
+        progress_bar=False,
+        precision='fp32',
+    ).fit()
     assert algorithm.seen == ['device', 'device']

@@ -96,8 +96,13 @@ ORDERS: dict[str, str] = {
 def runs() -> dict[str, Any]:
     env = {**os.environ, 'OMP_NUM_THREADS': '1'}
     procs = {
-        name: subprocess.Popen([sys.executable, '-c', PRELUDE + textwrap.dedent(body)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        name: subprocess.Popen(
+            [sys.executable, '-c', PRELUDE + textwrap.dedent(body)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for name, body in ORDERS.items()
     }
     return {name: (p.wait(timeout=300), p.stdout.read() if p.stdout else '') for name, p in procs.items()}

@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 from conftest import CONTROL, DEVICE, REPRESENTATIVE
 
-pytestmark = [pytest.mark.device,
-              pytest.mark.skipif(DEVICE != 'cpu', reason='several ranks on one accelerator need several devices; '
-                                                         'the cpu legs use gloo')]
+pytestmark = [
+    pytest.mark.device,
+    pytest.mark.skipif(
+        DEVICE != 'cpu', reason='several ranks on one accelerator need several devices; the cpu legs use gloo'
+    ),
+]
 JOB = Path(__file__).resolve().parent / 'multirank_job.py'
 TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks per node)
 #: The two-node launch tests the launcher's multi-node plumbing, which depends on the release only through its
@@ -49,18 +52,46 @@ def _free_port() -> int:
 
 def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # type: ignore[type-arg]
     nodes, nproc = TOPOLOGIES[topology]
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONPATH': os.pathsep.join(filter(None, [
-        str(Path(__file__).resolve().parents[1]), os.environ.get('PYTHONPATH', '')]))}
+    env = {
+        **os.environ,
+        'OMP_NUM_THREADS': '1',
+        'PYTHONPATH': os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get('PYTHONPATH', '')])
+        ),
+    }
     env.pop('COMPATSHIM_STAGE', None)
     prefix = [sys.executable, '-m', 'compatshim', 'run', '--'] if leg == 'run' else []
     port = _free_port()
     procs = []
     for node in range(nodes):
-        multinode = ['--world_size', str(nodes * nproc), '--node_rank', str(node), '--master_addr', '127.0.0.1',
-                     '--master_port', str(port)] if nodes > 1 else []
-        command = [*prefix, _launcher(), '-n', str(nproc), *multinode,
-                   '--stdout', str(out / 'rank{rank}.out'), '--stderr', str(out / 'rank{rank}.err'),
-                   str(JOB), 'shim' if leg == 'shim' else 'plain', str(out)]
+        multinode = (
+            [
+                '--world_size',
+                str(nodes * nproc),
+                '--node_rank',
+                str(node),
+                '--master_addr',
+                '127.0.0.1',
+                '--master_port',
+                str(port),
+            ]
+            if nodes > 1
+            else []
+        )
+        command = [
+            *prefix,
+            _launcher(),
+            '-n',
+            str(nproc),
+            *multinode,
+            '--stdout',
+            str(out / 'rank{rank}.out'),
+            '--stderr',
+            str(out / 'rank{rank}.err'),
+            str(JOB),
+            'shim' if leg == 'shim' else 'plain',
+            str(out),
+        ]
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
 
@@ -79,10 +110,18 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     return done
 
 
-@pytest.mark.parametrize('topology', [
-    pytest.param(t, marks=[] if t in RUN_TOPOLOGIES else [pytest.mark.skip(reason='two nodes run on the newest '
-                                                                              'release of each family only')])
-    for t in TOPOLOGIES])
+@pytest.mark.parametrize(
+    'topology',
+    [
+        pytest.param(
+            t,
+            marks=[]
+            if t in RUN_TOPOLOGIES
+            else [pytest.mark.skip(reason='two nodes run on the newest release of each family only')],
+        )
+        for t in TOPOLOGIES
+    ],
+)
 @pytest.mark.parametrize('leg', [pytest.param(leg, marks=[CONTROL] if leg == 'control' else []) for leg in LEGS])
 def test_ranks(topology: str, leg: str, launches: dict[tuple[str, str], Any]) -> None:
     codes, output, out = launches[topology, leg]
@@ -91,17 +130,19 @@ def test_ranks(topology: str, leg: str, launches: dict[tuple[str, str], Any]) ->
     logs = '\n'.join(p.read_text()[-2000:] for p in sorted(out.glob('rank*.err')))
     if leg != 'control':
         assert codes == [0] * nodes, f'launcher(s) failed {codes}:\n{output}\n{logs}'
-    results = [json.loads((out / f'rank{r}.json').read_text()) for r in range(world) if (out / f'rank{r}.json').exists()]
+    results = [
+        json.loads((out / f'rank{r}.json').read_text()) for r in range(world) if (out / f'rank{r}.json').exists()
+    ]
     assert len(results) == world, f'every rank must finish:\n{output}\n{logs}'
     for result in results:
         assert result['world_size'] == world
-        assert [c['placement'] for c in result['calls']] == ['device', 'device'], f"rank {result['rank']}"
+        assert [c['placement'] for c in result['calls']] == ['device', 'device'], f'rank {result["rank"]}'
         assert result['forward_placements'] == ['device']
         for call, rows in zip(result['calls'], result['steps']):
-            assert {draw for draw, _ in rows} == {call['draw']}, f"rank {result['rank']}: microbatches disagree"
+            assert {draw for draw, _ in rows} == {call['draw']}, f'rank {result["rank"]}: microbatches disagree'
             assert [int(i) for _, i in rows] == call['ids']
         if leg == 'run':
             assert result['enabled_by_script'] is False and result['patched'] == (result['verdict'] == 'patched')
     shards = [{i for c in r['calls'] for i in c['ids']} for r in results]
-    assert all(not (a & b) for n, a in enumerate(shards) for b in shards[n + 1:]), 'the ranks must see disjoint shards'
+    assert all(not (a & b) for n, a in enumerate(shards) for b in shards[n + 1 :]), 'the ranks must see disjoint shards'
     assert len({r['calls'][0]['draw'] for r in results}) == world, 'each rank draws its own parameters'

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.device
 
 
 def _assert_on_device(probe: Probe, expected_calls: int, what: str) -> None:
-    assert len(probe.calls) == expected_calls, f'{what}: device_transforms ran {len(probe.calls)}x, expected {expected_calls}'
+    assert len(probe.calls) == expected_calls, (
+        f'{what}: device_transforms ran {len(probe.calls)}x, expected {expected_calls}'
+    )
     where = {call.placement for call in probe.calls}
     assert where == {'device'}, f'{what}: device_transforms saw batches on {where}'
 
@@ -31,8 +33,14 @@ def test_train_two_evaluators_and_predict(leg: str) -> None:
         make_device(),
         train_dataloader=DataSpec(loader(32), device_transforms=train),
         eval_dataloader=[
-            Evaluator(label='a', dataloader=DataSpec(loader(16), device_transforms=ev_a), metric_names=['MulticlassAccuracy']),
-            Evaluator(label='b', dataloader=DataSpec(loader(8, 4), device_transforms=ev_b), metric_names=['MulticlassAccuracy']),
+            Evaluator(
+                label='a', dataloader=DataSpec(loader(16), device_transforms=ev_a), metric_names=['MulticlassAccuracy']
+            ),
+            Evaluator(
+                label='b',
+                dataloader=DataSpec(loader(8, 4), device_transforms=ev_b),
+                metric_names=['MulticlassAccuracy'],
+            ),
         ],
         max_duration='4ba',
         eval_interval='4ba',
@@ -54,7 +62,9 @@ def test_late_dataloaders(leg: str) -> None:
 
     train, ev, pred = Probe(), Probe(), Probe()
     t, _ = trainer(make_device())
-    t.fit(train_dataloader=DataSpec(loader(16), device_transforms=train), duration='2ba', device_train_microbatch_size=2)
+    t.fit(
+        train_dataloader=DataSpec(loader(16), device_transforms=train), duration='2ba', device_train_microbatch_size=2
+    )
     t.eval(eval_dataloader=DataSpec(loader(16), device_transforms=ev))
     t.predict(dataloader=DataSpec(loader(8), device_transforms=pred))
     _assert_on_device(train, 2, 'late train')

@@ -69,10 +69,18 @@ def sourceless(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.device
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_sourceless_composer_enables_and_places(leg: str, sourceless: Path) -> None:
-    env = {**os.environ, 'OMP_NUM_THREADS': '1',
-           'PYTHONPATH': os.pathsep.join(filter(None, [str(sourceless), os.environ.get('PYTHONPATH')]))}
-    proc = subprocess.run([sys.executable, '-c', JOB.format(tests=str(TESTS), leg=leg)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        'OMP_NUM_THREADS': '1',
+        'PYTHONPATH': os.pathsep.join(filter(None, [str(sourceless), os.environ.get('PYTHONPATH')])),
+    }
+    proc = subprocess.run(
+        [sys.executable, '-c', JOB.format(tests=str(TESTS), leg=leg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         # The failure the shim used to have (a shape error blaming Composer) must fail the shim leg loudly.
         raise AssertionError(f'the sourceless run failed ({proc.returncode}):\n{proc.stderr[-3000:]}')
@@ -85,7 +93,7 @@ def test_sourceless_composer_enables_and_places(leg: str, sourceless: Path) -> N
 def _function(code: str, name: str) -> Any:
     """A function compiled from a string: it has a code object and no retrievable source, like a .pyc-only install."""
     namespace: dict[str, Any] = {}
-    exec(compile(textwrap.dedent(code), '<no source>', 'exec'), namespace)  # noqa: S102 - a test fixture
+    exec(compile(textwrap.dedent(code), '<no source>', 'exec'), namespace)
     return namespace[name]
 
 
@@ -96,25 +104,45 @@ def test_changed_code_is_refused_precisely_without_source() -> None:
     from composer.trainer.trainer import Trainer
 
     hook = 'device_transforms' if FAMILY is Family.HOST else 'batch_transforms'
-    changed = type('Trainer', (Trainer,), {'_train_loop': _function('''
+    changed = type(
+        'Trainer',
+        (Trainer,),
+        {
+            '_train_loop': _function(
+                """
         def _train_loop(self):
             return self.state.batch  # no longer calls the batch-level hook
-    ''', '_train_loop')})
-    with pytest.raises(compatshim.UnexpectedComposerShapeError,
-                       match=rf'Trainer\._train_loop no longer uses {hook}\)?.*Nothing was patched'):
+    """,
+                '_train_loop',
+            )
+        },
+    )
+    with pytest.raises(
+        compatshim.UnexpectedComposerShapeError,
+        match=rf'Trainer\._train_loop no longer uses {hook}\)?.*Nothing was patched',
+    ):
         check_shape(FAMILY, DataSpec, changed, COMPOSER)
-    nested = type('Trainer', (Trainer,), {'_train_loop': _function(f'''
+    nested = type(
+        'Trainer',
+        (Trainer,),
+        {
+            '_train_loop': _function(
+                f"""
         def _train_loop(self):
             def inner(spec):
                 return [spec.{hook}(b) for b in self.batches]  # used only inside nested code
             return inner
-    ''', '_train_loop')})
+    """,
+                '_train_loop',
+            )
+        },
+    )
     check_shape(FAMILY, DataSpec, nested, COMPOSER)
 
 
 @pytest.mark.skipif(FAMILY is None, reason=f'Composer {COMPOSER} is unaffected: no family to check against')
 def test_a_wrapper_that_hides_the_method_is_named() -> None:
-    """An agent's wrapper without ``__wrapped__`` is not mistaken for a changed Composer: the message says what it is."""
+    """An agent's wrapper without ``__wrapped__`` is not taken for a changed Composer: the message says what it is."""
     from composer.core.data_spec import DataSpec
     from composer.trainer.trainer import Trainer
 
@@ -124,6 +152,8 @@ def test_a_wrapper_that_hides_the_method_is_named() -> None:
         return original(self, *args, **kwargs)
 
     hidden = type('Trainer', (Trainer,), {'_train_loop': opaque_tracer})
-    with pytest.raises(compatshim.UnexpectedComposerShapeError,
-                       match=r'Trainer\._train_loop is test_sourceless\..*opaque_tracer, a wrapper that hides'):
+    with pytest.raises(
+        compatshim.UnexpectedComposerShapeError,
+        match=r'Trainer\._train_loop is test_sourceless\..*opaque_tracer, a wrapper that hides',
+    ):
         check_shape(FAMILY, DataSpec, hidden, COMPOSER)

@@ -19,7 +19,7 @@ def _expand(spec: str) -> list[str]:
     match = re.search(r'\{([^}]*)\}', spec)
     if not match:
         return [spec]
-    return [n for alt in match.group(1).split(',') for n in _expand(spec[:match.start()] + alt + spec[match.end():])]
+    return [n for alt in match.group(1).split(',') for n in _expand(spec[: match.start()] + alt + spec[match.end() :])]
 
 
 def _tox() -> configparser.ConfigParser:
@@ -51,7 +51,9 @@ def test_tox_device_labels_cover_the_table(device: str) -> None:
 def test_matrix_file_pins_the_row(row) -> None:
     text = (ROOT / 'matrix' / f'{row.env}.txt').read_text()
     for name, version in [('mosaicml', row.composer), ('torch', row.torch), ('torchvision', row.torchvision)]:
-        assert re.search(rf'^{name}=={re.escape(version)}\b', text, re.M), f'{row.env}.txt does not pin {name}=={version}'
+        assert re.search(rf'^{name}=={re.escape(version)}\b', text, re.M), (
+            f'{row.env}.txt does not pin {name}=={version}'
+        )
     assert f'matrix/{row.env}.txt' in (ROOT / 'tox.ini').read_text()
     assert (ROOT / 'matrix' / f'{row.env}.overrides.txt').exists() == row.override
 

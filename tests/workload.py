@@ -101,7 +101,7 @@ def steps(recorder: Recorder, per_step: int) -> list[torch.Tensor]:
     """The training inputs the model saw, concatenated per optimizer step (``per_step`` forwards each)."""
     seen = [x for _, x in recorder.seen]
     assert len(seen) % per_step == 0, f'{len(seen)} forwards do not split into steps of {per_step}'
-    return [torch.cat(seen[i:i + per_step]) for i in range(0, len(seen), per_step)]
+    return [torch.cat(seen[i : i + per_step]) for i in range(0, len(seen), per_step)]
 
 
 def any_batch_model(inputs: Any) -> Any:

@@ -17,7 +17,8 @@ Environment (documented in the README):
 from __future__ import annotations
 
 import os
-from typing import Mapping, NoReturn, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NoReturn, Optional
 
 from compatshim._api import ALLOW_UNTESTED_VAR, STAGE_VAR, killed, settings_from_environment
 

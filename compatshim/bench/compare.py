@@ -36,6 +36,10 @@ that run no shim code in the same run are gated everywhere. Absolute throughput 
 - without drift, a shim leg's absolute throughput still isolates the shim and is gated as above.
 
 *drift* is reported, never failed on (exit 0).
+
+**On an unaffected release** (0.24.1) ``enable()`` patches nothing, so the shim legs run exactly the unpatched code:
+their ratios are an A/A comparison and a shift is noise, reported as *inconclusive*, never a regression. What the shim
+could do wrong there — patch something — is gated instead (``patches/unaffected``).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 __all__ = [
     'ABSOLUTE_FLOOR',
@@ -90,8 +94,17 @@ BYTES_SLACK = 0.01
 RATIO_METRICS: tuple[str, ...] = ('shim_vs_unpatched', 'shim_microbatch_vs_unpatched', 'shim_vs_no_transform')
 
 #: Fingerprint keys that must match for absolute throughput to be compared.
-MATCH_KEYS: tuple[str, ...] = ('cpu_model', 'cpu_count', 'torch_threads', 'gpu', 'python', 'torch', 'composer',
-                               'device', 'size')
+MATCH_KEYS: tuple[str, ...] = (
+    'cpu_model',
+    'cpu_count',
+    'torch_threads',
+    'gpu',
+    'python',
+    'torch',
+    'composer',
+    'device',
+    'size',
+)
 
 
 class BaselineExistsError(FileExistsError):
@@ -149,8 +162,14 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float) -
         return Judgement('inconclusive', f'{change:+.1%} but the distributions overlap', now, then, change, tolerance)
     if change > tolerance:
         if c_q1 > b_q3:
-            return Judgement('improved', f'{change:+.1%} beyond ±{tolerance:.1%}: re-record the baseline', now, then,
-                             change, tolerance)
+            return Judgement(
+                'improved',
+                f'{change:+.1%} beyond ±{tolerance:.1%}: re-record the baseline',
+                now,
+                then,
+                change,
+                tolerance,
+            )
         return Judgement('inconclusive', f'{change:+.1%} but the distributions overlap', now, then, change, tolerance)
     return Judgement('ok', f'{change:+.1%} within ±{tolerance:.1%}', now, then, change, tolerance)
 
@@ -168,21 +187,31 @@ def judge_overhead(current: list[float], baseline: Optional[list[float]]) -> Jud
     iqr = max(c_q3 - c_q1, b_q3 - b_q1)
     change = now - then
     if iqr > 2 * OVERHEAD_FLOOR_US:
-        return Judgement('inconclusive', f'too noisy: IQR {iqr:.1f} µs > {2 * OVERHEAD_FLOOR_US:.0f} µs', now, then,
-                         change)
+        return Judgement(
+            'inconclusive', f'too noisy: IQR {iqr:.1f} µs > {2 * OVERHEAD_FLOOR_US:.0f} µs', now, then, change
+        )
     tolerance = max(OVERHEAD_FLOOR_US, SPREAD_FACTOR * iqr, 0.5 * abs(then))
     if change > tolerance:
         if c_q1 > b_q3:
-            return Judgement('regression', f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs', now, then, change,
-                             tolerance)
-        return Judgement('inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change,
-                         tolerance)
+            return Judgement(
+                'regression', f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs', now, then, change, tolerance
+            )
+        return Judgement(
+            'inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change, tolerance
+        )
     if change < -tolerance:
         if c_q3 < b_q1:
-            return Judgement('improved', f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs: re-record the baseline',
-                             now, then, change, tolerance)
-        return Judgement('inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change,
-                         tolerance)
+            return Judgement(
+                'improved',
+                f'{change:+.1f} µs/batch beyond ±{tolerance:.1f} µs: re-record the baseline',
+                now,
+                then,
+                change,
+                tolerance,
+            )
+        return Judgement(
+            'inconclusive', f'{change:+.1f} µs/batch but the distributions overlap', now, then, change, tolerance
+        )
     return Judgement('ok', f'{change:+.1f} µs/batch within ±{tolerance:.1f} µs', now, then, change, tolerance)
 
 
@@ -192,8 +221,14 @@ def judge_bytes(current: int, baseline: Optional[int]) -> Judgement:
         return Judgement('inconclusive', 'no baseline', current=current)
     change = current / baseline - 1 if baseline else float('inf')
     if current > baseline * (1 + BYTES_SLACK) + 1024:
-        return Judgement('regression', f'{current} bytes/step, baseline {baseline} ({change:+.1%})', current,
-                         baseline, change, BYTES_SLACK)
+        return Judgement(
+            'regression',
+            f'{current} bytes/step, baseline {baseline} ({change:+.1%})',
+            current,
+            baseline,
+            change,
+            BYTES_SLACK,
+        )
     return Judgement('ok', f'{current} bytes/step (baseline {baseline})', current, baseline, change, BYTES_SLACK)
 
 
@@ -227,10 +262,19 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
         for leg in ('shim-batch', 'shim-microbatch'):
             if legs.get(leg, {}).get('available'):
                 problem = _expected(legs, leg)
-                verdicts[f'{prefix}/{leg}'] = Judgement('regression', problem) if problem else Judgement('ok',
-                                                                                                         'on device')
+                verdicts[f'{prefix}/{leg}'] = (
+                    Judgement('regression', problem) if problem else Judgement('ok', 'on device')
+                )
+    unaffected = result.get('family') == 'unaffected'
+    if unaffected and 'patched_by_enable' in result:
+        patched = result['patched_by_enable']
+        verdicts['patches/unaffected'] = (
+            Judgement('regression', f'enable() patched {", ".join(patched)} on an unaffected release')
+            if patched
+            else Judgement('ok', 'nothing patched')
+        )
     mismatch = _fingerprint_mismatch(result['fingerprint'], baseline['fingerprint']) if baseline else []
-    same_size = bool(baseline) and result['fingerprint'].get('size') == baseline['fingerprint'].get('size')
+    same_size = baseline is not None and result['fingerprint'].get('size') == baseline['fingerprint'].get('size')
     base_recipe = (baseline or {}).get('recipe') or {}
     for leg in ('shim-batch', 'shim-microbatch'):
         data = recipe.get('legs', {}).get(leg, {})
@@ -243,17 +287,30 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
         if hook.get('available'):
             if baseline and mismatch:
                 verdicts[f'overhead/{stage}'] = Judgement(
-                    'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})',
-                    current=hook[stage]['median'])
+                    'inconclusive',
+                    f'different machine fingerprint ({", ".join(mismatch)})',
+                    current=hook[stage]['median'],
+                )
             else:
-                verdicts[f'overhead/{stage}'] = judge_overhead(hook[stage]['samples'],
-                                                               base_hook.get(stage, {}).get('samples'))
+                verdicts[f'overhead/{stage}'] = judge_overhead(
+                    hook[stage]['samples'], base_hook.get(stage, {}).get('samples')
+                )
     for metric in RATIO_METRICS:
         samples = result['headline'][metric]['windows']
         if not samples:
             continue
         base = baseline['headline'].get(metric, {}).get('windows') if baseline else None
-        verdicts[metric] = judge(samples, base, RATIO_FLOOR)
+        judged = judge(samples, base, RATIO_FLOOR)
+        if unaffected and judged.verdict == 'regression':
+            judged = dataclasses.replace(
+                judged,
+                verdict='inconclusive',
+                reason=(
+                    f'{judged.reason}; but the shim patches nothing on this release, so both legs ran the same code: '
+                    'noise, not gated'
+                ),
+            )
+        verdicts[metric] = judged
     absolute = {}
     for leg, data in result['legs'].items():
         if not data.get('available'):
@@ -263,15 +320,27 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
         if baseline and mismatch:
             median = statistics.median(data['samples_per_s_windows'])
             verdicts[f'throughput/{leg}'] = Judgement(
-                'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})', current=median)
+                'inconclusive', f'different machine fingerprint ({", ".join(mismatch)})', current=median
+            )
         else:
-            absolute[leg] = judge(data['samples_per_s_windows'], base, ABSOLUTE_FLOOR)
+            judged = judge(data['samples_per_s_windows'], base, ABSOLUTE_FLOOR)
+            if unaffected and leg.startswith('shim') and judged.verdict == 'regression':
+                judged = dataclasses.replace(
+                    judged,
+                    verdict='inconclusive',
+                    reason=(f'{judged.reason}; the shim patches nothing on this release: noise, not gated'),
+                )
+            absolute[leg] = judged
     drift = machine_drift(absolute)
     for leg, judgement in absolute.items():
         verdicts[f'throughput/{leg}'] = _absolute(leg, judgement, drift)
     worst = min((j.verdict for j in verdicts.values()), key=VERDICTS.index, default='inconclusive')
-    return {'verdicts': {k: dataclasses.asdict(v) for k, v in verdicts.items()}, 'worst': worst,
-            'fingerprint_mismatch': mismatch, 'drift': drift}
+    return {
+        'verdicts': {k: dataclasses.asdict(v) for k, v in verdicts.items()},
+        'worst': worst,
+        'fingerprint_mismatch': mismatch,
+        'drift': drift,
+    }
 
 
 def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
@@ -281,8 +350,11 @@ def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
     every one of them moved the same way by more than half of :data:`ABSOLUTE_FLOOR` and their median change exceeds
     :data:`ABSOLUTE_FLOOR`; one leg moving while another stays put is noise, not drift.
     """
-    changes = {leg: j.change for leg, j in absolute.items()
-               if leg in NO_SHIM_LEGS and j.change is not None and j.tolerance is not None}
+    changes = {
+        leg: j.change
+        for leg, j in absolute.items()
+        if leg in NO_SHIM_LEGS and j.change is not None and j.tolerance is not None
+    }
     if not changes:
         return None
     shared = statistics.median(changes.values())
@@ -294,31 +366,42 @@ def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
 
 def _absolute(leg: str, judgement: Judgement, drift: Optional[dict[str, Any]]) -> Judgement:
     """An absolute throughput verdict, with machine drift and no-shim legs taken out of the gate."""
-    moved = judgement.change is not None and judgement.tolerance is not None and \
-        abs(judgement.change) > judgement.tolerance
+    moved = (
+        judgement.change is not None and judgement.tolerance is not None and abs(judgement.change) > judgement.tolerance
+    )
     if drift is not None and moved:
         evidence = ', '.join(f'{name} {change:+.1%}' for name, change in drift['legs'].items())
-        return dataclasses.replace(judgement, verdict='drift', reason=(
-            f'{judgement.change:+.1%}; the legs that run no shim code moved {drift["change"]:+.1%} (median: '
-            f'{evidence}): machine drift, judged by the ratios'))
+        return dataclasses.replace(
+            judgement,
+            verdict='drift',
+            reason=(
+                f'{judgement.change:+.1%}; the legs that run no shim code moved {drift["change"]:+.1%} (median: '
+                f'{evidence}): machine drift, judged by the ratios'
+            ),
+        )
     if leg in NO_SHIM_LEGS and judgement.verdict == 'regression':
-        return dataclasses.replace(judgement, verdict='inconclusive', reason=(
-            f'{judgement.reason}; this leg runs no shim code, and the others did not move with it: noise, not gated'))
+        return dataclasses.replace(
+            judgement,
+            verdict='inconclusive',
+            reason=(
+                f'{judgement.reason}; this leg runs no shim code, and the others did not move with it: noise, not gated'
+            ),
+        )
     return judgement
 
 
-def baseline_path(root: os.PathLike, device: str, env: str) -> Path:
+def baseline_path(root: Union[str, os.PathLike[str]], device: str, env: str) -> Path:
     """Where the baseline of one env lives: ``<root>/<device>/<env>.json`` (``env`` includes the device)."""
     return Path(root) / device / f'{env}.json'
 
 
-def load_baseline(root: os.PathLike, device: str, env: str) -> Optional[dict[str, Any]]:
+def load_baseline(root: Union[str, os.PathLike[str]], device: str, env: str) -> Optional[dict[str, Any]]:
     """The recorded baseline of an env, or ``None``."""
     path = baseline_path(root, device, env)
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def record_baseline(result: dict[str, Any], root: os.PathLike, replace: bool = False) -> Path:
+def record_baseline(result: dict[str, Any], root: Union[str, os.PathLike[str]], replace: bool = False) -> Path:
     """Write ``result`` as the baseline of its env; never overwrites one unless ``replace``.
 
     Raises:
@@ -334,7 +417,8 @@ def record_baseline(result: dict[str, Any], root: os.PathLike, replace: bool = F
         new_ratio = result['headline']['shim_vs_unpatched'].get('median')
         raise BaselineExistsError(
             f'compatshim bench: a baseline exists at {path} (recorded {old.get("recorded_at")}, shim/unpatched '
-            f'{old_ratio}; this run {new_ratio}). Pass --replace to overwrite it.')
+            f'{old_ratio}; this run {new_ratio}). Pass --replace to overwrite it.'
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     stored = {k: v for k, v in result.items() if k != 'comparison'}
     stored['recorded_at'] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')

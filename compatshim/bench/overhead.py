@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -57,8 +58,9 @@ def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def hook_overhead(device: Any, sync: Callable[[], None], stage: str, calls: int = CALLS,
-                  samples: int = SAMPLES) -> list[float]:
+def hook_overhead(
+    device: Any, sync: Callable[[], None], stage: str, calls: int = CALLS, samples: int = SAMPLES
+) -> list[float]:
     """Microseconds per batch that the shim's hook path spends beyond the direct path, one value per sample.
 
     Args:
@@ -69,15 +71,18 @@ def hook_overhead(device: Any, sync: Callable[[], None], stage: str, calls: int 
         calls: Calls per path per sample.
         samples: Number of samples.
     """
+    from composer.core import DataSpec
+
     import compatshim
     from compatshim import _loop_frames
-    from composer.core import DataSpec
 
     batch = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
     transform = _Same()
     compatshim.enable(stage=stage)
     try:
-        data_spec = DataSpec(torch.utils.data.DataLoader(range(4)), device_transforms=transform)
+        data_spec = DataSpec(
+            torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4))), device_transforms=transform
+        )
         batch_hook, microbatch_hook = _hooks(data_spec)
 
         def direct() -> Any:
@@ -87,6 +92,7 @@ def hook_overhead(device: Any, sync: Callable[[], None], stage: str, calls: int 
         # batch hook arms the loop frame, which puts the move-then-transform on the device instance.
         with _loop_frames.loop_frame(device, 'train'):
             if microbatch_hook is None:
+
                 def shim() -> Any:
                     return device.batch_to_device(batch_hook(batch))
             else:
@@ -128,6 +134,7 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
         def __call__(self: Any, batch: Any) -> Any:
             _busy_wait(microseconds * 1e-6)
             return original(self, batch)
+
         return __call__
 
     for cls, original in saved.items():

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from compatshim.bench.compare import VERDICTS
 from compatshim.bench import LEGS
+from compatshim.bench.compare import VERDICTS
 
 __all__ = ['CHARTS', 'aggregate', 'markdown', 'plot', 'plot_bytes', 'plot_ratios', 'write']
 
@@ -23,7 +23,7 @@ __all__ = ['CHARTS', 'aggregate', 'markdown', 'plot', 'plot_bytes', 'plot_ratios
 CHARTS: tuple[str, ...] = ('throughput.png', 'ratios.png', 'bytes.png')
 
 
-def _env_key(result: dict[str, Any]) -> tuple:
+def _env_key(result: dict[str, Any]) -> tuple[str, Any, Any]:
     from packaging.version import Version
 
     return (result['device'], Version(result['composer']), Version(result['torch'].split('+')[0]))
@@ -37,8 +37,13 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         for judgement in result.get('comparison', {}).get('verdicts', {}).values():
             counts[judgement['verdict']] += 1
     worst = next((v for v in VERDICTS if counts[v]), 'inconclusive')
-    return {'schema': 1, 'envs': [r['env'] for r in results], 'verdict_counts': counts, 'worst': worst,
-            'results': results}
+    return {
+        'schema': 1,
+        'envs': [r['env'] for r in results],
+        'verdict_counts': counts,
+        'worst': worst,
+        'results': results,
+    }
 
 
 def _num(value: Optional[float], fmt: str) -> str:
@@ -49,7 +54,7 @@ def _ratio(result: dict[str, Any], metric: str) -> str:
     data = result['headline'].get(metric, {})
     if not data.get('n'):
         return '—'
-    return f"{data['median']:.3f} ± {data['iqr']:.3f}"
+    return f'{data["median"]:.3f} ± {data["iqr"]:.3f}'
 
 
 def _verdict(result: dict[str, Any], metric: str) -> str:
@@ -69,12 +74,13 @@ def _hook(result: dict[str, Any]) -> str:
     hook = result.get('hook_overhead_us') or {}
     if not hook.get('available'):
         return 'n/a'
-    return ' · '.join(f"{hook[stage]['median']:.1f} ± {hook[stage]['iqr']:.1f}" for stage in ('batch', 'microbatch'))
+    return ' · '.join(f'{hook[stage]["median"]:.1f} ± {hook[stage]["iqr"]:.1f}' for stage in ('batch', 'microbatch'))
 
 
 def _worst_of(result: dict[str, Any], prefix: str) -> str:
-    verdicts = [j['verdict'] for m, j in result.get('comparison', {}).get('verdicts', {}).items()
-                if m.startswith(prefix)]
+    verdicts = [
+        j['verdict'] for m, j in result.get('comparison', {}).get('verdicts', {}).items() if m.startswith(prefix)
+    ]
     return min(verdicts, key=VERDICTS.index) if verdicts else '—'
 
 
@@ -99,27 +105,41 @@ def _recipe_lines(results: list[dict[str, Any]]) -> list[str]:
         recipe = r['recipe']
         legs = recipe['legs']
         unpatched = legs['unpatched']
-        label = 'workaround: `batch_transforms` (host)' if unpatched['description'].startswith('batch_transforms') \
-            else f"`device_transforms` ({unpatched['placement']})"
+        label = (
+            'workaround: `batch_transforms` (host)'
+            if unpatched['description'].startswith('batch_transforms')
+            else f'`device_transforms` ({unpatched["placement"]})'
+        )
         ratio = recipe['bytes_shim_vs_unpatched']
         thr = recipe.get('shim_vs_unpatched') or {}
         out.append(
-            f"| {r['env']} | {recipe['plain_device_transforms']['words']} | {label} "
-            f"| {_kib(unpatched['h2d_bytes_per_step'])} | {_kib(legs['shim-batch']['h2d_bytes_per_step'])} "
-            f"| **{_num(ratio, '.2f')}** | {_worst_of(r, 'bytes/')} "
-            f"| {_num(thr.get('median'), '.3f')} ± {_num(thr.get('iqr'), '.3f')} |")
-    out += ['', '| env | leg | placement | crosses (bytes/step by dtype) | calls/step | samples/s (median ± IQR) '
-            '| placement verdict |', '|---|---|---|---|---|---|---|']
+            f'| {r["env"]} | {recipe["plain_device_transforms"]["words"]} | {label} '
+            f'| {_kib(unpatched["h2d_bytes_per_step"])} | {_kib(legs["shim-batch"]["h2d_bytes_per_step"])} '
+            f'| **{_num(ratio, ".2f")}** | {_worst_of(r, "bytes/")} '
+            f'| {_num(thr.get("median"), ".3f")} ± {_num(thr.get("iqr"), ".3f")} |'
+        )
+    out += [
+        '',
+        '| env | leg | placement | crosses (bytes/step by dtype) | calls/step | samples/s (median ± IQR) '
+        '| placement verdict |',
+        '|---|---|---|---|---|---|---|',
+    ]
     for r in with_recipe:
         for leg, data in r['recipe']['legs'].items():
             if not data['available']:
                 continue
             by_dtype = ', '.join(f'{name} {n}' for name, n in data.get('h2d_bytes_by_dtype', {}).items())
             thr = data['samples_per_s']
-            out.append(f"| {r['env']} | {leg} | {data['placement']} | {by_dtype} | {data['calls_per_step']:g} "
-                       f"| {thr['median']:.0f} ± {thr['iqr']:.0f} | {_verdict(r, 'recipe-placement/' + leg)} |")
-    return out + ['', 'Recipe throughput is reported, not gated: on a CPU the move is a copy in memory, so only the '
-                  'bytes and the placement say what the shim changes there.', '']
+            out.append(
+                f'| {r["env"]} | {leg} | {data["placement"]} | {by_dtype} | {data["calls_per_step"]:g} '
+                f'| {thr["median"]:.0f} ± {thr["iqr"]:.0f} | {_verdict(r, "recipe-placement/" + leg)} |'
+            )
+    return out + [
+        '',
+        'Recipe throughput is reported, not gated: on a CPU the move is a copy in memory, so only the '
+        'bytes and the placement say what the shim changes there.',
+        '',
+    ]
 
 
 def _drift_lines(results: list[dict[str, Any]]) -> list[str]:
@@ -129,7 +149,7 @@ def _drift_lines(results: list[dict[str, Any]]) -> list[str]:
     lines = ['## Machine drift (reported, not a regression)', '']
     for env, drift in drifted:
         legs = ', '.join(f'{leg} {change:+.1%}' for leg, change in drift['legs'].items())
-        lines.append(f"- {env}: the legs that run no shim code moved {drift['change']:+.1%} (median of {legs})")
+        lines.append(f'- {env}: the legs that run no shim code moved {drift["change"]:+.1%} (median of {legs})')
     return lines + ['']
 
 
@@ -141,12 +161,12 @@ def markdown(report: dict[str, Any]) -> str:
         return '\n'.join(out + ['No env produced a result.', ''])
     counts = ', '.join(f'{n} {v}' for v, n in report['verdict_counts'].items())
     out += [
-        f"Envs: {len(results)}. Verdicts over all metrics: {counts}. **Worst: {report['worst']}.**",
+        f'Envs: {len(results)}. Verdicts over all metrics: {counts}. **Worst: {report["worst"]}.**',
         '',
         'Ratios are medians of per-round ratios of legs measured in the same process (± IQR): they compare across '
         'machines. Absolute samples/s compare only against a baseline with the same machine fingerprint. '
-        '**Hook overhead**: microseconds per batch that the shim\'s own path (hook dispatch, loop frame lookup, the '
-        'move through the trainer\'s device, the result check) costs beyond calling the move and the transform '
+        "**Hook overhead**: microseconds per batch that the shim's own path (hook dispatch, loop frame lookup, the "
+        "move through the trainer's device, the result check) costs beyond calling the move and the transform "
         'directly, measured by a micro-benchmark (2000 calls per sample, interleaved), at stage batch · stage '
         'microbatch, median ± IQR. Only a regression fails the gate; *drift* means the legs that run no shim code '
         'moved together against their baseline (the machine changed), so absolute throughput is shown but not '
@@ -163,10 +183,11 @@ def markdown(report: dict[str, Any]) -> str:
         baseline = r.get('comparison', {}).get('baseline') or 'none'
         bytes_ratio = (r.get('recipe') or {}).get('bytes_shim_vs_unpatched')
         out.append(
-            f"| {r['env']} | {r['family']} | {_ratio(r, 'shim_vs_unpatched')} | {_verdict(r, 'shim_vs_unpatched')} "
-            f"| {_ratio(r, 'shim_microbatch_vs_unpatched')} | {_ratio(r, 'shim_vs_no_transform')} "
-            f"| {_verdict(r, 'shim_vs_no_transform')} | {_hook(r)} | {_worst_of(r, 'overhead/')} "
-            f"| {_num(bytes_ratio, '.2f')} | {baseline} |")
+            f'| {r["env"]} | {r["family"]} | {_ratio(r, "shim_vs_unpatched")} | {_verdict(r, "shim_vs_unpatched")} '
+            f'| {_ratio(r, "shim_microbatch_vs_unpatched")} | {_ratio(r, "shim_vs_no_transform")} '
+            f'| {_verdict(r, "shim_vs_no_transform")} | {_hook(r)} | {_worst_of(r, "overhead/")} '
+            f'| {_num(bytes_ratio, ".2f")} | {baseline} |'
+        )
     out += ['', *_recipe_lines(results)]
     out += [
         '## Per leg (augment workload)',
@@ -181,31 +202,38 @@ def markdown(report: dict[str, Any]) -> str:
             if data is None:
                 continue
             if not data['available']:
-                out.append(f"| {r['env']} | {leg} | n/a: {data['reason']} | | | | | | | |")
+                out.append(f'| {r["env"]} | {leg} | n/a: {data["reason"]} | | | | | | | |')
                 continue
             thr = data['samples_per_s']
             out.append(
-                f"| {r['env']} | {leg} | {data['placement']} | {data['coherence']} | {data['calls_per_step']:g} "
-                f"| {_mib(data['h2d_bytes_per_step'])} | {_mib(data['peak_device_bytes'])} "
-                f"| {thr['median']:.0f} ± {thr['iqr']:.0f} | {_verdict(r, 'placement/' + leg)} "
-                f"| {_verdict(r, 'throughput/' + leg)} |")
+                f'| {r["env"]} | {leg} | {data["placement"]} | {data["coherence"]} | {data["calls_per_step"]:g} '
+                f'| {_mib(data["h2d_bytes_per_step"])} | {_mib(data["peak_device_bytes"])} '
+                f'| {thr["median"]:.0f} ± {thr["iqr"]:.0f} | {_verdict(r, "placement/" + leg)} '
+                f'| {_verdict(r, "throughput/" + leg)} |'
+            )
     out += ['', '## Legs', '']
-    described = {}
+    described: dict[tuple[str, str], str] = {}
     for r in results:
         for leg, data in r['legs'].items():
             described.setdefault((leg, data['description']), r['env'])
     out += [f'- **{leg}**: {desc}' for leg, desc in described]
-    notable = [(r['env'], metric, j) for r in results
-               for metric, j in r.get('comparison', {}).get('verdicts', {}).items() if j['verdict'] != 'ok']
+    notable = [
+        (r['env'], metric, j)
+        for r in results
+        for metric, j in r.get('comparison', {}).get('verdicts', {}).items()
+        if j['verdict'] != 'ok'
+    ]
     out += ['', '## Verdicts other than ok', '']
-    out += [f"- {env} `{metric}`: **{j['verdict']}** — {j['reason']}" for env, metric, j in notable] or ['None.']
+    out += [f'- {env} `{metric}`: **{j["verdict"]}** — {j["reason"]}' for env, metric, j in notable] or ['None.']
     out += ['', '## Machine', '']
     machines: dict[str, list[str]] = {}
     for r in results:
         fp = r['fingerprint']
-        machine = (f"{fp['cpu_model']}, {fp['cpu_count']} CPUs, {fp['torch_threads']} torch thread(s), "
-                   f"GPU: {fp['gpu'] or 'none'}, Python {fp['python']}, workload size {fp['size']['name']}")
-        machines.setdefault(machine, []).append(f"{r['env']} (torch {fp['torch']})")
+        machine = (
+            f'{fp["cpu_model"]}, {fp["cpu_count"]} CPUs, {fp["torch_threads"]} torch thread(s), '
+            f'GPU: {fp["gpu"] or "none"}, Python {fp["python"]}, workload size {fp["size"]["name"]}'
+        )
+        machines.setdefault(machine, []).append(f'{r["env"]} (torch {fp["torch"]})')
     for machine, envs in machines.items():
         out.append(f'- {machine}: ' + ', '.join(envs))
     loads = [r['load_average'][0] for r in results if r.get('load_average')]
@@ -214,14 +242,15 @@ def markdown(report: dict[str, Any]) -> str:
     return '\n'.join(out) + '\n'
 
 
-def plot(report: dict[str, Any], path: os.PathLike) -> None:
+def plot(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
     """Draw throughput per release and leg (grouped bars, one panel per device) to a PNG."""
     plt = _pyplot()
     devices = sorted({r['device'] for r in report['results']})
     if not devices:
         raise ValueError('compatshim report: no results to plot')
-    fig, axes = plt.subplots(len(devices), 1, figsize=(max(8, 1.1 * len(report['results'])), 4.5 * len(devices)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(devices), 1, figsize=(max(8, 1.1 * len(report['results'])), 4.5 * len(devices)), squeeze=False
+    )
     width = 0.8 / len(LEGS)
     for ax, device in zip(axes[:, 0], devices):
         results = [r for r in report['results'] if r['device'] == device]
@@ -235,8 +264,7 @@ def plot(report: dict[str, Any], path: os.PathLike) -> None:
                     errs.append(data['samples_per_s']['iqr'] / 2)
             ax.bar(xs, ys, width, yerr=errs, label=leg, capsize=2)
         ax.set_xticks(range(len(results)))
-        ax.set_xticklabels([r['env'].removesuffix(f'-{device}') for r in results], rotation=30, ha='right',
-                           fontsize=8)
+        ax.set_xticklabels([r['env'].removesuffix(f'-{device}') for r in results], rotation=30, ha='right', fontsize=8)
         ax.set_ylabel('samples/s (median, IQR bars)')
         ax.set_title(f'compatshim benchmark throughput on {device}, per Composer release and leg')
         ax.legend(fontsize=8, ncol=len(LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.28))
@@ -256,10 +284,10 @@ def _pyplot() -> Any:
 
 
 def _label(result: dict[str, Any]) -> str:
-    return str(result['env']).removesuffix(f"-{result['device']}")
+    return str(result['env']).removesuffix(f'-{result["device"]}')
 
 
-def plot_ratios(report: dict[str, Any], path: os.PathLike) -> None:
+def plot_ratios(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
     """shim / unpatched (and shim microbatch / unpatched) per release, median with IQR bars, over the tolerance band
     around 1.0 (each env's own tolerance where it was judged, else the floor)."""
     from compatshim.bench.compare import RATIO_FLOOR
@@ -270,10 +298,18 @@ def plot_ratios(report: dict[str, Any], path: os.PathLike) -> None:
     for x, r in enumerate(results):
         judged = r.get('comparison', {}).get('verdicts', {}).get('shim_vs_unpatched', {})
         tolerance = judged.get('tolerance') or RATIO_FLOOR
-        ax.fill_between([x - 0.4, x + 0.4], 1 - tolerance, 1 + tolerance, color='tab:green', alpha=0.15,
-                        label='tolerance band around 1.0' if x == 0 else None)
-    for offset, metric, name in ((-0.12, 'shim_vs_unpatched', 'shim (batch) / unpatched'),
-                                 (0.12, 'shim_microbatch_vs_unpatched', 'shim (microbatch) / unpatched')):
+        ax.fill_between(
+            [x - 0.4, x + 0.4],
+            1 - tolerance,
+            1 + tolerance,
+            color='tab:green',
+            alpha=0.15,
+            label='tolerance band around 1.0' if x == 0 else None,
+        )
+    for offset, metric, name in (
+        (-0.12, 'shim_vs_unpatched', 'shim (batch) / unpatched'),
+        (0.12, 'shim_microbatch_vs_unpatched', 'shim (microbatch) / unpatched'),
+    ):
         xs, ys, lo, hi = [], [], [], []
         for x, r in enumerate(results):
             data = r['headline'].get(metric, {})
@@ -295,7 +331,7 @@ def plot_ratios(report: dict[str, Any], path: os.PathLike) -> None:
     plt.close(fig)
 
 
-def plot_bytes(report: dict[str, Any], path: os.PathLike) -> None:
+def plot_bytes(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
     """Host→device KiB per step per leg and release, recipe workload (the unpatched leg hatched where it is the
     ``batch_transforms`` workaround)."""
     plt = _pyplot()
@@ -311,9 +347,15 @@ def plot_bytes(report: dict[str, Any], path: os.PathLike) -> None:
                 continue
             workaround = leg == 'unpatched' and data['description'].startswith('batch_transforms')
             name = 'unpatched: batch_transforms workaround' if workaround else leg
-            ax.bar(x + (i - (len(legs) - 1) / 2) * width, data['h2d_bytes_per_step'] / 2**10, width,
-                   color=f'C{i}', hatch='//' if workaround else None, edgecolor='white' if workaround else None,
-                   label=None if name in labelled else name)
+            ax.bar(
+                x + (i - (len(legs) - 1) / 2) * width,
+                data['h2d_bytes_per_step'] / 2**10,
+                width,
+                color=f'C{i}',
+                hatch='//' if workaround else None,
+                edgecolor='white' if workaround else None,
+                label=None if name in labelled else name,
+            )
             labelled.add(name)
     ax.set_xticks(range(len(results)))
     ax.set_xticklabels([_label(r) for r in results], rotation=30, ha='right', fontsize=8)
@@ -326,7 +368,7 @@ def plot_bytes(report: dict[str, Any], path: os.PathLike) -> None:
     plt.close(fig)
 
 
-def write(results: list[dict[str, Any]], out_dir: os.PathLike, png: bool = True) -> dict[str, Any]:
+def write(results: list[dict[str, Any]], out_dir: Union[str, os.PathLike[str]], png: bool = True) -> dict[str, Any]:
     """Write ``report.md``, ``report.json`` and (if ``png``) the :data:`CHARTS` into ``out_dir``; return the report."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

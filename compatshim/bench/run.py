@@ -30,8 +30,8 @@ import compatshim
 from compatshim._api import _installed
 from compatshim._support import TESTED_RELEASES, Family, family_of
 from compatshim.bench import LEGS
-from compatshim.bench.compare import quartiles
 from compatshim.bench import overhead as _overhead
+from compatshim.bench.compare import quartiles
 from compatshim.bench.workload import SIZES, WORKLOADS, Size, Workload
 
 __all__ = ['LEGS', 'Leg', 'env_name', 'fingerprint', 'plan', 'run', 'summarize']
@@ -71,25 +71,48 @@ def plan(composer_version: str, workload: Workload = WORKLOADS['augment']) -> li
     affected = family is not None
     native_mb = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
     if native_mb:
-        unpatched = Leg('unpatched', 'batch_transforms=fn, the workaround without the shim (host)', True,
-                        dataspec=lambda fn: {'batch_transforms': fn})
+        unpatched = Leg(
+            'unpatched',
+            'batch_transforms=fn, the workaround without the shim (host)',
+            True,
+            dataspec=lambda fn: {'batch_transforms': fn},
+        )
     else:
         where = 'host' if affected else 'device'
-        unpatched = Leg('unpatched', f'device_transforms=fn, no shim ({where})', True,
-                        dataspec=lambda fn: {'device_transforms': fn})
+        unpatched = Leg(
+            'unpatched', f'device_transforms=fn, no shim ({where})', True, dataspec=lambda fn: {'device_transforms': fn}
+        )
     stage_kw: Callable[[str], dict[str, Any]] = (lambda s: {'data_transfer_stage': s}) if affected else (lambda s: {})
     return [
         unpatched,
-        Leg('shim-batch', 'device_transforms=fn, enable(stage="batch")', True, shim=True,
-            dataspec=lambda fn: {'device_transforms': fn, **stage_kw('batch')}),
-        Leg('shim-microbatch', 'device_transforms=fn, enable(stage="microbatch")', affected,
+        Leg(
+            'shim-batch',
+            'device_transforms=fn, enable(stage="batch")',
+            True,
+            shim=True,
+            dataspec=lambda fn: {'device_transforms': fn, **stage_kw('batch')},
+        ),
+        Leg(
+            'shim-microbatch',
+            'device_transforms=fn, enable(stage="microbatch")',
+            affected,
             '' if affected else 'unaffected release: the shim patches nothing, so there is no stage to choose',
-            shim=True, dataspec=lambda fn: {'device_transforms': fn, **stage_kw('microbatch')}),
-        Leg('native-microbatch', 'microbatch_transforms=fn, no shim (0.27+)', native_mb,
-            '' if native_mb else 'microbatch_transforms exists from Composer 0.27.0', dataspec=lambda fn: {
-                'microbatch_transforms': fn}),
-        Leg('no-transform', 'no transform (the cost floor)', workload.raw_batch_trains,
-            '' if workload.raw_batch_trains else 'the model cannot train on the raw uint8 batch'),
+            shim=True,
+            dataspec=lambda fn: {'device_transforms': fn, **stage_kw('microbatch')},
+        ),
+        Leg(
+            'native-microbatch',
+            'microbatch_transforms=fn, no shim (0.27+)',
+            native_mb,
+            '' if native_mb else 'microbatch_transforms exists from Composer 0.27.0',
+            dataspec=lambda fn: {'microbatch_transforms': fn},
+        ),
+        Leg(
+            'no-transform',
+            'no transform (the cost floor)',
+            workload.raw_batch_trains,
+            '' if workload.raw_batch_trains else 'the model cannot train on the raw uint8 batch',
+        ),
     ]
 
 
@@ -139,8 +162,15 @@ def summarize(samples: list[float]) -> dict[str, Any]:
     if not samples:
         return {'median': None, 'q1': None, 'q3': None, 'iqr': None, 'min': None, 'max': None, 'n': 0}
     q1, median, q3 = quartiles(samples)
-    return {'median': median, 'q1': q1, 'q3': q3, 'iqr': q3 - q1, 'min': min(samples), 'max': max(samples),
-            'n': len(samples)}
+    return {
+        'median': median,
+        'q1': q1,
+        'q3': q3,
+        'iqr': q3 - q1,
+        'min': min(samples),
+        'max': max(samples),
+        'n': len(samples),
+    }
 
 
 def _composer_device(device: str) -> Any:
@@ -239,7 +269,8 @@ def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
         if not is_on_device(tensor):
             name = str(tensor.dtype).replace('torch.', '')
             moved[name] = moved.get(name, 0) + tensor.nbytes
-        return to_device(tensor)
+        out: torch.Tensor = to_device(tensor)
+        return out
 
     dev.tensor_to_device = counting  # instance attribute: this trainer's device only
     return dev, moved
@@ -273,8 +304,13 @@ def _check(legs: list[Leg], device: str, size: Size, workload: Workload) -> dict
             placement = seen[0] if len(seen) == 1 else 'mixed'
             coherence = 'coherent' if calls == 1 else f'per microbatch ({calls:g} calls/step)'
         per_dtype = _per_step(moved, 2)
-        results[leg.name] = {'placement': placement, 'coherence': coherence, 'calls_per_step': calls,
-                             'h2d_bytes_per_step': sum(per_dtype.values()), 'h2d_bytes_by_dtype': per_dtype}
+        results[leg.name] = {
+            'placement': placement,
+            'coherence': coherence,
+            'calls_per_step': calls,
+            'h2d_bytes_per_step': sum(per_dtype.values()),
+            'h2d_bytes_by_dtype': per_dtype,
+        }
     return results
 
 
@@ -298,27 +334,38 @@ def _plain(device: str, size: Size, workload: Workload) -> dict[str, Any]:
     try:
         trainer = _trainer(leg, dev, size, observed, workload)
     except TypeError as exc:
-        return {'outcome': 'rejected',
-                'words': f'rejected: DataSpec(device_transforms=...) raises TypeError ({_first_line(exc)})'}
+        return {
+            'outcome': 'rejected',
+            'words': f'rejected: DataSpec(device_transforms=...) raises TypeError ({_first_line(exc)})',
+        }
     try:
         trainer.fit(duration='2ba')
     except Exception as exc:  # noqa: BLE001 (whatever the user's run dies of is the finding)
         ran = 'the transform ran' if observed.placements else 'the transform never ran'
-        return {'outcome': 'fails', 'words': f'silently dropped: {ran}, the model got the raw {_main_dtype(moved)} '
-                f'batch and training fails ({type(exc).__name__}: {_first_line(exc)})'}
+        return {
+            'outcome': 'fails',
+            'words': f'silently dropped: {ran}, the model got the raw {_main_dtype(moved)} '
+            f'batch and training fails ({type(exc).__name__}: {_first_line(exc)})',
+        }
     finally:
         trainer.close()
     where = sorted(set(observed.placements))
     per_step = sum(moved.values()) // 2
     if where == ['device']:
-        return {'outcome': 'device', 'words': f'runs on the device, after the move: {_main_dtype(moved)} images cross '
-                f'({per_step} bytes/step)'}
-    return {'outcome': 'host', 'words': f'runs on the {"/".join(where) or "host"}, before the move: the transformed '
-            f'{_main_dtype(moved)} images cross ({per_step} bytes/step)'}
+        return {
+            'outcome': 'device',
+            'words': f'runs on the device, after the move: {_main_dtype(moved)} images cross ({per_step} bytes/step)',
+        }
+    return {
+        'outcome': 'host',
+        'words': f'runs on the {"/".join(where) or "host"}, before the move: the transformed '
+        f'{_main_dtype(moved)} images cross ({per_step} bytes/step)',
+    }
 
 
-def _time(legs: list[Leg], trainers: dict[str, Any], device: str, n_windows: int, say: Callable[[str], None],
-          started: float) -> tuple[dict[str, list[float]], dict[str, int]]:
+def _time(
+    legs: list[Leg], trainers: dict[str, Any], device: str, n_windows: int, say: Callable[[str], None], started: float
+) -> tuple[dict[str, list[float]], dict[str, int]]:
     """The interleaved timing loop: seconds per window per leg, and peak device bytes per leg (cuda)."""
     windows: dict[str, list[float]] = {leg.name: [] for leg in legs}
     peak: dict[str, int] = {leg.name: 0 for leg in legs}
@@ -346,8 +393,11 @@ def _time(legs: list[Leg], trainers: dict[str, Any], device: str, n_windows: int
                     peak[leg.name] = max(peak[leg.name], torch.cuda.max_memory_allocated())
                 if window > 0:
                     windows[leg.name].append(elapsed)
-            say(f'window {window}/{n_windows}' + (' (warm-up)' if window <= 0 else '') +
-                f' ({time.perf_counter() - started:.1f} s)')
+            say(
+                f'window {window}/{n_windows}'
+                + (' (warm-up)' if window <= 0 else '')
+                + f' ({time.perf_counter() - started:.1f} s)'
+            )
     finally:
         compatshim.disable()
         for trainer in trainers.values():
@@ -362,8 +412,16 @@ def _paired(windows: dict[str, list[float]], a: str, b: str) -> list[float]:
     return [tb / ta for ta, tb in zip(windows[a], windows[b])]
 
 
-def _workload(workload: Workload, composer_version: str, device: str, size: Size, n_windows: int,
-              plant_slowdown: float, say: Callable[[str], None], started: float) -> dict[str, Any]:
+def _workload(
+    workload: Workload,
+    composer_version: str,
+    device: str,
+    size: Size,
+    n_windows: int,
+    plant_slowdown: float,
+    say: Callable[[str], None],
+    started: float,
+) -> dict[str, Any]:
     """Check and time every available leg of one workload: the per-leg records and the timing windows."""
     planned = plan(composer_version, workload)
     legs = [leg for leg in planned if leg.available]
@@ -449,21 +507,46 @@ def run(
         raise compatshim.ComposerNotInstalledError('compatshim bench needs Composer (pip install mosaicml)')
     if compatshim.status().patches:
         raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
-    say = (lambda msg: print(msg, file=progress, flush=True)) if progress else (lambda msg: None)
+
+    def say(msg: str) -> None:
+        if progress is not None:
+            print(msg, file=progress, flush=True)
+
     env = env_name(device)
     family = family_of(composer_version)
     augment, recipe = WORKLOADS['augment'], WORKLOADS['recipe']
-    say(f'{env}: legs {", ".join(leg.name for leg in plan(composer_version) if leg.available)}; '
-        f'size {size_name}: {size}')
+    say(
+        f'{env}: legs {", ".join(leg.name for leg in plan(composer_version) if leg.available)}; '
+        f'size {size_name}: {size}'
+    )
 
+    compatshim.enable()
+    patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
+    compatshim.disable()
     started = time.perf_counter()
     try:
         with _overhead.planted_hook_delay(plant_hook_us):
-            main = _workload(augment, composer_version, device, size, size.windows, plant_slowdown,
-                             lambda msg: say(f'{env}: {msg}'), started)
+            main = _workload(
+                augment,
+                composer_version,
+                device,
+                size,
+                size.windows,
+                plant_slowdown,
+                lambda msg: say(f'{env}: {msg}'),
+                started,
+            )
             plain = _plain(device, size, recipe)
-            recipe_run = _workload(recipe, composer_version, device, size, max(MIN_RECIPE_WINDOWS, size.windows // 4),
-                                   plant_slowdown, lambda msg: say(f'{env}: {msg}'), started)
+            recipe_run = _workload(
+                recipe,
+                composer_version,
+                device,
+                size,
+                max(MIN_RECIPE_WINDOWS, size.windows // 4),
+                plant_slowdown,
+                lambda msg: say(f'{env}: {msg}'),
+                started,
+            )
             hook = _hook_overhead(device, family is not None)
             say(f'{env}: hook overhead measured ({time.perf_counter() - started:.1f} s)')
     finally:
@@ -491,6 +574,7 @@ def run(
         'measured_at': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'planted_slowdown': plant_slowdown,
         'planted_hook_us': plant_hook_us,
+        'patched_by_enable': patched,
         'legs': main['legs'],
         'headline': {name: {'windows': values, **summarize(values)} for name, values in headline.items()},
         'recipe': {

@@ -21,8 +21,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
-__all__ = ['Augment', 'RecipeTransform', 'SIZES', 'Size', 'WORKLOADS', 'Workload', 'bench_loader', 'bench_model',
-           'recipe_loader', 'recipe_model']
+__all__ = [
+    'Augment',
+    'RecipeTransform',
+    'SIZES',
+    'Size',
+    'WORKLOADS',
+    'Workload',
+    'bench_loader',
+    'bench_model',
+    'recipe_loader',
+    'recipe_model',
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +63,7 @@ SIZES: dict[str, Size] = {
 N_CLASSES = 10
 
 
-def bench_loader(size: Size, seed: int = 0) -> DataLoader:
+def bench_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
     """A loader over ``size.steps`` batches of random images with one-hot float labels (one epoch = one window).
 
     Each batch is one indexing of the in-memory tensors (no per-sample collate), so loading costs next to nothing
@@ -83,10 +93,12 @@ def bench_model() -> Any:
             )
 
         def forward(self, batch: Any) -> torch.Tensor:
-            return self.net(batch[0])
+            out: torch.Tensor = self.net(batch[0])
+            return out
 
         def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
-            return -(batch[1] * F.log_softmax(outputs, dim=1)).sum(dim=1).mean()
+            loss: torch.Tensor = -(batch[1] * F.log_softmax(outputs, dim=1)).sum(dim=1).mean()
+            return loss
 
     return BenchModel()
 
@@ -121,7 +133,7 @@ class Augment:
         cw = max(2, min(w, int(round(math.sqrt(area * ratio)))))
         top = int(self._uniform(0, h - ch + 1))
         left = int(self._uniform(0, w - cw + 1))
-        x = F.interpolate(x[:, :, top:top + ch, left:left + cw], size=(h, w), mode='bilinear', align_corners=False)
+        x = F.interpolate(x[:, :, top : top + ch, left : left + cw], size=(h, w), mode='bilinear', align_corners=False)
         # Colour jitter: brightness, contrast (batch mean), saturation.
         x = x * self._uniform(0.6, 1.4)
         mean = x.mean(dim=(1, 2, 3), keepdim=True)
@@ -160,14 +172,15 @@ def _uint8_collate(samples: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[to
     return images, labels
 
 
-def recipe_loader(size: Size, seed: int = 0) -> DataLoader:
-    """A loader over ``size.steps`` batches of random uint8 images (NCHW) with int64 class labels, collated per sample."""
+def recipe_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
+    """A loader over ``size.steps`` batches of random uint8 NCHW images with int64 labels, collated per sample."""
     gen = torch.Generator().manual_seed(seed)
     n = size.batch * size.steps
     x = torch.randint(0, 256, (n, 3, size.image, size.image), generator=gen, dtype=torch.uint8)
     y = torch.randint(0, N_CLASSES, (n,), generator=gen)
-    return DataLoader(TensorDataset(x, y), batch_size=size.batch, shuffle=False, drop_last=True,
-                      collate_fn=_uint8_collate)
+    return DataLoader(
+        TensorDataset(x, y), batch_size=size.batch, shuffle=False, drop_last=True, collate_fn=_uint8_collate
+    )
 
 
 def recipe_model() -> Any:
@@ -181,7 +194,8 @@ def recipe_model() -> Any:
             self.net = bench_model().net
 
         def forward(self, batch: Any) -> torch.Tensor:
-            return self.net(batch[0])
+            out: torch.Tensor = self.net(batch[0])
+            return out
 
         def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
             return F.cross_entropy(outputs, batch[1])
@@ -211,7 +225,7 @@ class RecipeTransform:
         pad = max(1, h // 8)
         x = F.pad(x, (pad, pad, pad, pad))
         top, left = (int(v) for v in torch.randint(0, 2 * pad + 1, (2,), generator=self.gen))
-        x = x[:, :, top:top + h, left:left + w]
+        x = x[:, :, top : top + h, left : left + w]
         if bool(torch.rand((), generator=self.gen) < 0.5):
             x = x.flip(-1)
         return (x, y) if isinstance(batch, tuple) else [x, y]
@@ -226,7 +240,7 @@ class Workload:
 
     name: str
     description: str
-    loader: Callable[[Size], DataLoader]
+    loader: Callable[[Size], DataLoader[Any]]
     model: Callable[[], Any]
     transform: Callable[[Size], Any]
     #: Whether the model can train on the raw batch (a no-transform leg makes sense).
@@ -234,8 +248,20 @@ class Workload:
 
 
 WORKLOADS: dict[str, Workload] = {
-    'augment': Workload('augment', 'float32 images, heavy batch-level augmentation on the device', bench_loader,
-                        bench_model, lambda size: Augment(size.blur), raw_batch_trains=True),
-    'recipe': Workload('recipe', 'uint8 images, device normalisation + batch crop/flip (the ImageNet recipe)',
-                       recipe_loader, recipe_model, lambda size: RecipeTransform(), raw_batch_trains=False),
+    'augment': Workload(
+        'augment',
+        'float32 images, heavy batch-level augmentation on the device',
+        bench_loader,
+        bench_model,
+        lambda size: Augment(size.blur),
+        raw_batch_trains=True,
+    ),
+    'recipe': Workload(
+        'recipe',
+        'uint8 images, device normalisation + batch crop/flip (the ImageNet recipe)',
+        recipe_loader,
+        recipe_model,
+        lambda size: RecipeTransform(),
+        raw_batch_trains=False,
+    ),
 }

@@ -63,9 +63,13 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
             original(self, *args, **kwargs)
             return
         data_transfer_stage = kwargs.pop('data_transfer_stage', None)
-        stage = None if data_transfer_stage is None else _stages.validate_stage(
-            data_transfer_stage,
-            what='DataSpec data_transfer_stage',
+        stage = (
+            None
+            if data_transfer_stage is None
+            else _stages.validate_stage(
+                data_transfer_stage,
+                what='DataSpec data_transfer_stage',
+            )
         )
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
@@ -76,10 +80,12 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
         if family is Family.HOST:
             self.device_transforms = BatchHook(transform, stage, native=None, has_microbatch_hook=False, owner=owner)
         else:
-            self.batch_transforms = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True,
-                                              owner=owner)
-            self.microbatch_transforms = MicrobatchHook(transform, stage, native=self.microbatch_transforms,
-                                                        owner=owner)
+            self.batch_transforms = BatchHook(
+                transform, stage, native=self.batch_transforms, has_microbatch_hook=True, owner=owner
+            )
+            self.microbatch_transforms = MicrobatchHook(
+                transform, stage, native=self.microbatch_transforms, owner=owner
+            )
 
     return __init__
 

@@ -1,0 +1,162 @@
+"""A pytest plugin for your own tests: check your ``device_transforms`` under the shim, on CPU, in CI.
+
+Registered through the ``pytest11`` entry point when compatshim is installed, and inactive unless asked for: it only
+adds the options and the fixtures below (which import torch and Composer only when a test uses them).
+
+Options::
+
+    pytest --compatshim=batch         # compatshim.enable(stage='batch') for the session (or =microbatch)
+    pytest --compatshim-device=cuda   # the device the fixtures give (default: cpu, the fake accelerator)
+
+Fixtures:
+
+* ``compatshim_device``: a Composer ``Device`` on which placement is observable: the CPU fake accelerator
+  (:class:`compatshim.testing.FakeAcceleratorDevice`), or the real cuda/mps device with ``--compatshim-device``.
+* ``compatshim_placement``: :func:`compatshim.testing.placement` — ``'device'``, ``'host'``, ``'mixed'`` or ``'empty'``.
+* ``compatshim_probe``: wraps a transform so that each call records where it saw its batch;
+  ``probe.assert_on_device()`` fails with what it saw (never called, on the host, mixed).
+* ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else ``batch``), disabled
+  after it unless the session enabled it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import pytest
+
+__all__ = ['PlacementProbe']
+
+_ENABLED_BY_SESSION = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from compatshim._stages import STAGES
+
+    group = parser.getgroup('compatshim', 'compatshim: device_transforms on the device (Composer 0.25+)')
+    group.addoption(
+        '--compatshim',
+        nargs='?',
+        const='batch',
+        default=None,
+        choices=STAGES,
+        metavar='STAGE',
+        help=f'enable the shim for the session at STAGE ({" or ".join(STAGES)}; default batch). '
+        'Write it as --compatshim=STAGE before test paths.',
+    )
+    group.addoption(
+        '--compatshim-device',
+        choices=('cpu', 'cuda', 'mps'),
+        default='cpu',
+        help='the device the compatshim_device fixture gives (default cpu: the fake accelerator)',
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stage = config.getoption('compatshim', default=None)
+    config.stash[_ENABLED_BY_SESSION] = False
+    if stage is None:
+        return
+    import compatshim
+
+    compatshim.enable(stage=stage)
+    config.stash[_ENABLED_BY_SESSION] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_ENABLED_BY_SESSION, False):
+        import compatshim
+
+        compatshim.disable()
+
+
+def pytest_report_header(config: pytest.Config) -> Optional[str]:
+    if not config.stash.get(_ENABLED_BY_SESSION, False):
+        return None
+    import compatshim
+
+    status = compatshim.status()
+    return f'compatshim: {status.verdict.value} (Composer {status.composer_version}), stage {status.stage}'
+
+
+class PlacementProbe:
+    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`).
+
+    Args:
+        transform: The transform to wrap (called with the batch; its result is returned).
+    """
+
+    def __init__(self, transform: Callable[[Any], Any]) -> None:
+        from compatshim.testing import placement
+
+        self.transform = transform
+        self._placement = placement
+        self.seen: list[str] = []
+
+    def __call__(self, batch: Any) -> Any:
+        self.seen.append(self._placement(batch))
+        return self.transform(batch)
+
+    def assert_on_device(self) -> None:
+        """Fail unless the transform was called, and every call saw its whole batch on the device."""
+        name = getattr(self.transform, '__qualname__', None) or type(self.transform).__name__
+        if not self.seen:
+            raise AssertionError(
+                f'{name} was never called (on Composer 0.27–0.28 device_transforms is dropped without the shim)'
+            )
+        wrong = sorted(set(self.seen) - {'device'})
+        if wrong:
+            raise AssertionError(
+                f'{name} saw its batch on the {"/".join(wrong)} in {len(self.seen) - self.seen.count("device")} '
+                f'of {len(self.seen)} calls, expected the device (is the shim enabled? '
+                'pytest --compatshim=batch)'
+            )
+
+
+@pytest.fixture
+def compatshim_device(request: pytest.FixtureRequest) -> Any:
+    """A Composer Device on which placement is observable (fake accelerator on cpu, else the real device)."""
+    from compatshim.testing import observable_device
+
+    kind = request.config.getoption('compatshim_device')
+    if kind == 'cuda':
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip('--compatshim-device=cuda, but torch.cuda.is_available() is False')
+    if kind == 'mps':
+        import torch
+
+        if not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
+            pytest.skip('--compatshim-device=mps, but torch.backends.mps.is_available() is False')
+    return observable_device(kind)
+
+
+@pytest.fixture
+def compatshim_placement() -> Callable[[Any], str]:
+    """``placement(batch)``: ``'device'``, ``'host'``, ``'mixed'`` or ``'empty'``."""
+    from compatshim.testing import placement
+
+    return placement
+
+
+@pytest.fixture
+def compatshim_probe() -> Callable[[Callable[[Any], Any]], PlacementProbe]:
+    """``compatshim_probe(fn)`` wraps ``fn`` in a :class:`PlacementProbe`."""
+    return PlacementProbe
+
+
+@pytest.fixture
+def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shim enabled for this test; yields :func:`compatshim.status`."""
+    import compatshim
+
+    if request.config.stash.get(_ENABLED_BY_SESSION, False):
+        yield compatshim.status()
+        return
+    compatshim.enable(stage=request.config.getoption('compatshim') or 'batch')
+    try:
+        yield compatshim.status()
+    finally:
+        compatshim.disable()

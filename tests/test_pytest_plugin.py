@@ -1,0 +1,115 @@
+"""The pytest plugin, as a user meets it: a test file of their own, using only the plugin's fixtures, run by pytest in
+a fresh process with the plugin found through its ``pytest11`` entry point.
+
+The user's test must pass with ``--compatshim`` on every release, and fail without it on every affected release
+(0.25–0.26: the transform runs on the host; 0.27–0.28: never called; 0.29+: TypeError) — the plugin's own control leg.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import IS_AFFECTED
+
+USER_TEST = textwrap.dedent("""
+    import torch
+    from composer import Trainer
+    from composer.core import DataSpec
+    from composer.models import ComposerClassifier
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def gpu_augment(batch):
+        x, y = batch
+        return x * 2.0, y
+
+
+    def test_my_transform_runs_on_the_device(compatshim_device, compatshim_probe):
+        data = TensorDataset(torch.randn(16, 8), torch.randint(0, 2, (16,)))
+        probe = compatshim_probe(gpu_augment)
+        trainer = Trainer(
+            model=ComposerClassifier(torch.nn.Linear(8, 2), num_classes=2),
+            train_dataloader=DataSpec(DataLoader(data, batch_size=8), device_transforms=probe),
+            device=compatshim_device,
+            max_duration='2ba',
+            progress_bar=False,
+        )
+        trainer.fit()
+        probe.assert_on_device()
+
+
+    def test_placement_helper(compatshim_device, compatshim_placement):
+        assert compatshim_placement([torch.zeros(2)]) == 'host'
+        assert compatshim_placement([compatshim_device.tensor_to_device(torch.zeros(2))]) == 'device'
+
+
+    def test_shim_state(request):
+        import compatshim
+
+        status = compatshim.status()  # affected releases: the asked stage; without --compatshim, or 0.24.1: off
+        assert status.stage == (request.config.getoption('compatshim') if status.family else None)
+""")
+
+
+def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / 'test_user.py').write_text(USER_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('COMPATSHIM_', 'PYTEST_', 'COV_'))}
+    return subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'pytest',
+            '-q',
+            '-p',
+            'no:cacheprovider',
+            '-W',
+            'ignore::DeprecationWarning',
+            *args,
+            'test_user.py',
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_registered_as_a_pytest11_entry_point() -> None:
+    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group='pytest11')}
+    assert plugins.get('compatshim') == 'compatshim.pytest_plugin'
+
+
+@pytest.mark.parametrize('stage', ['batch', 'microbatch'])
+def test_user_test_passes_with_the_shim(tmp_path: Path, stage: str) -> None:
+    proc = _pytest(tmp_path, f'--compatshim={stage}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '3 passed' in proc.stdout
+
+
+def test_bare_flag_means_batch(tmp_path: Path) -> None:
+    proc = _pytest(tmp_path, '--compatshim', '-k', 'shim_state or runs_on')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_control_inactive_unless_asked(tmp_path: Path) -> None:
+    """Without --compatshim the plugin enables nothing: the user's test catches the bug on every affected release."""
+    proc = _pytest(tmp_path)
+    if IS_AFFECTED:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert '1 failed, 2 passed' in proc.stdout, proc.stdout
+        assert 'test_my_transform_runs_on_the_device' in proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_bad_stage_is_a_usage_error(tmp_path: Path) -> None:
+    proc = _pytest(tmp_path, '--compatshim=gpu')
+    assert proc.returncode == 4
+    assert "invalid choice: 'gpu'" in proc.stderr and 'batch' in proc.stderr and 'microbatch' in proc.stderr
