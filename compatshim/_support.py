@@ -69,6 +69,10 @@ def family_of(version: str | Version) -> Family | None:
     return None
 
 
+#: The Python every row runs on unless it is a leg of the Python factor.
+DEFAULT_PYTHON = '3.11'
+
+
 @dataclasses.dataclass(frozen=True)
 class TestedRelease:
     """One row of the support table: a Composer release the matrix runs, and the torch build it runs on."""
@@ -80,13 +84,16 @@ class TestedRelease:
     torchvision: str
     #: Composer's own upper pins are overridden (the forward-compat leg).
     override: bool = False
+    #: The Python version (``major.minor``) the row runs on.
+    python: str = DEFAULT_PYTHON
 
     @property
     def env(self) -> str:
-        """The tox env name prefix for this row (``composer0.25.0`` or ``fwd-composer0.32.1-torch2.14.1``)."""
+        """The tox env name prefix for this row (``composer0.25.0``, ``composer0.28.0-py3.9`` or
+        ``fwd-composer0.32.1-torch2.14.1``)."""
         if self.override:
             return f'fwd-composer{self.composer}-torch{self.torch}'
-        return f'composer{self.composer}'
+        return f'composer{self.composer}' + ('' if self.python == DEFAULT_PYTHON else f'-py{self.python}')
 
     @property
     def family(self) -> Family | None:
@@ -119,7 +126,15 @@ TESTED_RELEASES: tuple[TestedRelease, ...] = (
     TestedRelease('0.32.0', '2.7.0', '0.22.0'),
     TestedRelease('0.32.1', '2.7.0', '0.22.0'),
     TestedRelease('0.32.1', '2.14.1', '0.29.1', override=True),
+    # The Python factor: 0.24.1 and the newest release of each affected family on the oldest and the newest Python the
+    # release and its torch support (torch 2.4.0: 3.9-3.12; Composer 0.32.1 needs 3.10+, torch 2.7.0 has 3.13).
+    *(
+        TestedRelease(composer, '2.4.0', '0.19.0', python=python)
+        for composer in ('0.24.1', '0.26.1', '0.28.0')
+        for python in ('3.9', '3.12')
+    ),
+    *(TestedRelease('0.32.1', '2.7.0', '0.22.0', python=python) for python in ('3.10', '3.13')),
 )
 
 #: The forward-compat leg: the newest release on a torch newer than it allows.
-FORWARD_COMPAT = TESTED_RELEASES[-1]
+FORWARD_COMPAT = next(row for row in TESTED_RELEASES if row.override)

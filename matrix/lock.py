@@ -1,7 +1,8 @@
 """Regenerate the frozen requirement files under ``matrix/`` from the support table.
 
 One file per row of ``compatshim._support.TESTED_RELEASES``: ``matrix/<env>.txt``, resolved by ``uv pip compile
---universal`` (valid on Linux, macOS and Windows) for Python 3.11. The forward-compat row also gets
+--universal`` (valid on Linux, macOS and Windows) for the row's Python (3.11 unless it is a leg of the Python
+factor). The forward-compat row also gets
 ``matrix/<env>.overrides.txt``, which overrides Composer's upper pins on torch/torchvision; tox passes it to uv at
 install time as well (``UV_OVERRIDE``). An existing file's pins are kept where they still fit (uv reads it as its
 preferences), so adding a test requirement does not move every other pin.
@@ -19,7 +20,7 @@ import tempfile
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from compatshim._support import TESTED_RELEASES, TestedRelease  # noqa: E402
+from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES, TestedRelease  # noqa: E402
 
 
 def requirement_file(row: TestedRelease) -> pathlib.Path:
@@ -35,11 +36,22 @@ def override_file(row: TestedRelease) -> pathlib.Path:
 def lock(row: TestedRelease) -> None:
     """Resolve and write the frozen requirement file(s) of one row."""
     top = [f'mosaicml=={row.composer}', f'torch=={row.torch}', f'torchvision=={row.torchvision}']
-    command = ['uv', 'pip', 'compile', '--quiet', '--universal', '--python-version', '3.11', '--no-header', '--no-annotate']
+    command = [
+        'uv',
+        'pip',
+        'compile',
+        '--quiet',
+        '--universal',
+        '--python-version',
+        row.python,
+        '--no-header',
+        '--no-annotate',
+    ]
     if row.override:
         override_file(row).write_text(
             '# Composer pins torch below this build; the forward-compat leg overrides that pin.\n'
-            + '\n'.join(top[1:]) + '\n',
+            + '\n'.join(top[1:])
+            + '\n',
         )
         command += ['--override', str(override_file(row))]
     with tempfile.NamedTemporaryFile('w', suffix='.in', delete=False) as spec:
@@ -51,9 +63,12 @@ def lock(row: TestedRelease) -> None:
             preferences.write_text(target.read_text())
         subprocess.run(command + ['--output-file', str(preferences), spec.name], check=True, capture_output=True)
         body = preferences.read_text().strip()
+    python_note = '' if row.python == DEFAULT_PYTHON else f', Python {row.python}'
     requirement_file(row).write_text(
         f'# Frozen by matrix/lock.py for {row.env}: Composer {row.composer}, torch {row.torch}, '
-        f'torchvision {row.torchvision}. Do not edit by hand.\n' + body.replace(spec.name, 'matrix/test-requirements.in') + '\n',
+        f'torchvision {row.torchvision}{python_note}. Do not edit by hand.\n'
+        + body.replace(spec.name, 'matrix/test-requirements.in')
+        + '\n',
     )
     print(f'wrote {requirement_file(row).relative_to(HERE.parent)}')
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compatshim._support import TESTED_RELEASES
+from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES
 from compatshim.bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,15 +53,19 @@ def _bench(env: str, args: argparse.Namespace, out: Path, prefix: str) -> int:
     # `tox run` with the env's commands overridden: tox builds the env and installs this checkout's wheel first
     # (`tox exec` would skip the package install and bench a stale compatshim).
     command = [sys.executable, '-m', 'tox', 'run', '-q', '-e', env, '-x', f'testenv.commands={shlex.join(bench)}']
-    proc = subprocess.Popen(command, cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = []
     assert proc.stdout is not None
     for line in proc.stdout:
         log.append(line)
         # The bench's own progress lines start with the env name; the rest (installs, warnings) stays quiet.
-        if line.startswith(env) and (': window' in line or 'placement check' in line or 'hook overhead' in line) \
-                or 'recorded baseline' in line:
+        if (
+            line.startswith(env)
+            and (': window' in line or 'placement check' in line or 'hook overhead' in line)
+            or 'recorded baseline' in line
+        ):
             print(f'{prefix} {line.strip()}', flush=True)
     code = proc.wait()
     if code not in (0, 1):
@@ -76,14 +80,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--size', choices=('tiny', 'cpu', 'gpu'), help='workload size (default: by device)')
     parser.add_argument('--record', action='store_true', help='record baselines where none exist')
     parser.add_argument('--replace', action='store_true', help='with --record: overwrite existing baselines')
-    parser.add_argument('--plant-slowdown', type=float, default=0.0, metavar='FRACTION',
-                        help='make the transform this much slower in the shim legs (a planted regression)')
-    parser.add_argument('--plant-hook-us', type=float, default=0.0, metavar='MICROSECONDS',
-                        help="make every call of the shim's own hooks this much slower (a planted regression)")
+    parser.add_argument(
+        '--plant-slowdown',
+        type=float,
+        default=0.0,
+        metavar='FRACTION',
+        help='make the transform this much slower in the shim legs (a planted regression)',
+    )
+    parser.add_argument(
+        '--plant-hook-us',
+        type=float,
+        default=0.0,
+        metavar='MICROSECONDS',
+        help="make every call of the shim's own hooks this much slower (a planted regression)",
+    )
     parser.add_argument('--baselines', type=Path, default=ROOT / 'matrix' / 'baselines')
     parser.add_argument('--out', type=Path, help='report directory (default: matrix/reports/<device>)')
     args = parser.parse_args(argv)
-    rows = [row.env for row in TESTED_RELEASES]
+    # The benchmark runs on the default Python; the Python factor's envs are for the tests.
+    rows = [row.env for row in TESTED_RELEASES if row.python == DEFAULT_PYTHON]
     chosen = rows if not args.envs else [e.strip() for e in args.envs.split(',') if e.strip()]
     unknown = [e for e in chosen if e not in rows]
     if unknown:
@@ -102,17 +117,22 @@ def main(argv: list[str]) -> int:
                 result = json.loads(path.read_text())
                 results.append(result)
                 head = result['headline']['shim_vs_unpatched']
-                print(f"{prefix} {env}: shim/unpatched {head['median']:.3f}, worst verdict "
-                      f"{result['comparison']['worst']} ({result['elapsed_s']:.0f} s)", flush=True)
+                print(
+                    f'{prefix} {env}: shim/unpatched {head["median"]:.3f}, worst verdict '
+                    f'{result["comparison"]["worst"]} ({result["elapsed_s"]:.0f} s)',
+                    flush=True,
+                )
             if code not in (0, 1) or not path.exists():
                 failed.append(env)
     written = report.write(results, out_dir)
     if failed:
         with open(out_dir / 'report.md', 'a') as md:
             md.write('\n## Envs that failed\n\n' + ''.join(f'- {env}\n' for env in failed))
-    print(f'wrote {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}/report.md, report.json, '
-          f'{", ".join(report.CHARTS)} in {time.monotonic() - started:.0f} s: {len(results)} env(s), worst verdict '
-          f"{written['worst']}" + (f', FAILED: {", ".join(failed)}' if failed else ''))
+    print(
+        f'wrote {out_dir.relative_to(ROOT) if out_dir.is_relative_to(ROOT) else out_dir}/report.md, report.json, '
+        f'{", ".join(report.CHARTS)} in {time.monotonic() - started:.0f} s: {len(results)} env(s), worst verdict '
+        f'{written["worst"]}' + (f', FAILED: {", ".join(failed)}' if failed else '')
+    )
     return 1 if failed or written['worst'] == 'regression' else 0
 
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compatshim
-from compatshim._support import AFFECTED, TESTED_RELEASES, Family, family_of
+from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, Family, family_of
 
 COMPOSER = importlib.metadata.version('mosaicml')
 FAMILY = family_of(COMPOSER) if COMPOSER in AFFECTED else None
@@ -30,11 +30,16 @@ IS_AFFECTED = FAMILY is not None
 #: ones; the forward-compat leg is 0.32.1 too). Tests of mechanisms that depend on the release only through its family
 #: (compatshim run's plumbing, the doctor's variants, the two-node launch) run there, to keep the matrix fast; every
 #: placement and coherence test with its control still runs on every release.
-REPRESENTATIVE = COMPOSER == max((r.composer for r in TESTED_RELEASES if r.family is FAMILY), key=Version)
+#: The Python-factor envs (any Python but the default) run everything else: these tests exercise processes and
+#: launchers, not the interpreter's version, and run in the default-Python env of the same release.
+PYTHON = f'{sys.version_info.major}.{sys.version_info.minor}'
+REPRESENTATIVE = COMPOSER == max((r.composer for r in TESTED_RELEASES if r.family is FAMILY), key=Version) and (
+    PYTHON == DEFAULT_PYTHON
+)
 PER_FAMILY = pytest.mark.skipif(
     not REPRESENTATIVE,
-    reason=f'runs on the newest release of the '
-    f'{FAMILY.value if FAMILY else "unaffected"} family only (mechanism, not release)',
+    reason=f'runs on the newest release of the {FAMILY.value if FAMILY else "unaffected"} family, on Python '
+    f'{DEFAULT_PYTHON}, only (mechanism, not release or interpreter)',
 )
 from conftest_device import DEVICE, DEVICE_MISSING, make_device  # noqa: E402,F401 (re-exported to tests)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from compatshim._support import AFFECTED, TESTED_RELEASES, UNAFFECTED, Family, family_of
+from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, UNAFFECTED, Family, family_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def _tox() -> configparser.ConfigParser:
 
 
 #: Envs in tox's env_list that are not rows of the support table (tooling checks run by `tox` too).
-TOOLING_ENVS = ['gpu-kit-offline']
+TOOLING_ENVS = ['lint', 'build', 'gpu-kit-offline']
 
 
 def test_tox_env_list_is_the_table_on_cpu() -> None:
@@ -64,8 +64,20 @@ def test_readme_support_table_has_the_row(row) -> None:
     assert f'| {row.composer} | {row.torch} | {row.behaviour} | {row.verdict} |' in readme
 
 
-def test_at_most_five_torch_builds() -> None:
-    assert len({row.torch for row in TESTED_RELEASES}) <= 5
+def test_at_most_six_torch_builds() -> None:
+    """Distinct torch versions on disk (uv keeps one wheel per Python version of each, hardlinked into the envs)."""
+    assert len({row.torch for row in TESTED_RELEASES}) <= 6
+
+
+def test_python_factor() -> None:
+    """0.24.1 and the newest release of each affected family run on two more Pythons: the oldest and the newest."""
+    newest = {r.family: r.composer for r in TESTED_RELEASES if r.python == DEFAULT_PYTHON and not r.override}
+    factor = {(r.composer, r.python) for r in TESTED_RELEASES if r.python != DEFAULT_PYTHON}
+    default_minor = int(DEFAULT_PYTHON.split('.')[1])
+    assert set(newest.values()) == {c for c, _ in factor}
+    for composer in newest.values():
+        minors = sorted(int(p.split('.')[1]) for c, p in factor if c == composer)
+        assert len(minors) == 2 and minors[0] < default_minor < minors[1], (composer, minors)
 
 
 def test_ranges() -> None:

@@ -135,6 +135,24 @@ def _spread(q1: float, median: float, q3: float) -> float:
     return (q3 - q1) / abs(median) if median else float('inf')
 
 
+Quartiles = tuple[float, float, float]
+
+
+def _sides(
+    current: list[float], baseline: Optional[list[float]], what: str
+) -> Union[Judgement, tuple[Quartiles, Quartiles]]:
+    """The quartiles of both sides, or the *inconclusive* judgement when they cannot be compared at all."""
+    if not current:
+        return Judgement('inconclusive', 'no samples in this run')
+    now = quartiles(current)
+    if not baseline:
+        return Judgement('inconclusive', 'no baseline', current=now[1])
+    then = quartiles(baseline)
+    if min(len(current), len(baseline)) < MIN_WINDOWS:
+        return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} {what}', current=now[1], baseline=then[1])
+    return now, then
+
+
 def judge(current: list[float], baseline: Optional[list[float]], floor: float) -> Judgement:
     """Apply the rule (module docstring) to one metric's window samples.
 
@@ -143,14 +161,10 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float) -
         baseline: The baseline's samples, or ``None`` when there is none.
         floor: The smallest tolerance (relative change of the median).
     """
-    if not current:
-        return Judgement('inconclusive', 'no samples in this run')
-    c_q1, now, c_q3 = quartiles(current)
-    if not baseline:
-        return Judgement('inconclusive', 'no baseline', current=now)
-    b_q1, then, b_q3 = quartiles(baseline)
-    if min(len(current), len(baseline)) < MIN_WINDOWS:
-        return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} windows', current=now, baseline=then)
+    sides = _sides(current, baseline, 'windows')
+    if isinstance(sides, Judgement):
+        return sides
+    (c_q1, now, c_q3), (b_q1, then, b_q3) = sides
     spread = max(_spread(c_q1, now, c_q3), _spread(b_q1, then, b_q3))
     change = now / then - 1 if then else float('inf')
     if spread > MAX_SPREAD:
@@ -176,14 +190,10 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float) -
 
 def judge_overhead(current: list[float], baseline: Optional[list[float]]) -> Judgement:
     """The rule for the hook overhead (µs per batch, lower is better; module docstring)."""
-    if not current:
-        return Judgement('inconclusive', 'no samples in this run')
-    c_q1, now, c_q3 = quartiles(current)
-    if not baseline:
-        return Judgement('inconclusive', 'no baseline', current=now)
-    b_q1, then, b_q3 = quartiles(baseline)
-    if min(len(current), len(baseline)) < MIN_WINDOWS:
-        return Judgement('inconclusive', f'fewer than {MIN_WINDOWS} samples', current=now, baseline=then)
+    sides = _sides(current, baseline, 'samples')
+    if isinstance(sides, Judgement):
+        return sides
+    (c_q1, now, c_q3), (b_q1, then, b_q3) = sides
     iqr = max(c_q3 - c_q1, b_q3 - b_q1)
     change = now - then
     if iqr > 2 * OVERHEAD_FLOOR_US:

@@ -21,6 +21,7 @@ import gc
 import os
 import platform
 import random
+import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
@@ -119,8 +120,9 @@ def plan(composer_version: str, workload: Workload = WORKLOADS['augment']) -> li
 def env_name(device: str) -> str:
     """The matrix env this process is: the support-table row of the installed Composer/torch, plus the device."""
     composer, torch_version = _installed('mosaicml') or '?', torch.__version__.split('+')[0]
+    python = f'{sys.version_info.major}.{sys.version_info.minor}'
     for row in TESTED_RELEASES:
-        if row.composer == composer and row.torch == torch_version:
+        if row.composer == composer and row.torch == torch_version and row.python == python:
             return f'{row.env}-{device}'
     return f'composer{composer}-torch{torch_version}-{device}'
 

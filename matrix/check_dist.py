@@ -1,0 +1,141 @@
+"""Check the built sdist and wheel: metadata, contents, and what `pip install` would pull in (`tox -e build`).
+
+    python matrix/check_dist.py --build     # build both into a temporary directory first (what tox -e build runs)
+    python matrix/check_dist.py DIST_DIR    # check what is already built there
+
+Fails (exit 1, naming each problem) unless:
+
+* ``twine check --strict`` passes (the long description renders; with ``--build``);
+* there is exactly one wheel and one sdist, both of the version in ``compatshim/__init__.py`` (the single source);
+* the wheel holds only the ``compatshim`` package (every module a file of this checkout, so nothing stale from an old
+  build directory), ``py.typed``, the ``compatshim`` console script and the ``pytest11`` entry point — no tests, no
+  baselines, no reports, no ``matrix/``;
+* its metadata requires ``packaging`` only, with matplotlib only under the ``bench`` extra;
+* ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
+  package index).
+"""
+
+from __future__ import annotations
+
+import ast
+import email
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _version() -> str:
+    tree = ast.parse((ROOT / 'compatshim' / '__init__.py').read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, 'id', None) == '__version__' for t in node.targets):
+            return str(ast.literal_eval(node.value))
+    raise SystemExit('compatshim/__init__.py has no __version__')
+
+
+def _would_install(requirement: str) -> set[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / 'report.json'
+        subprocess.run(
+            [
+                sys.executable,
+                '-m',
+                'pip',
+                'install',
+                '--quiet',
+                '--dry-run',
+                '--ignore-installed',
+                '--report',
+                str(report),
+                requirement,
+            ],
+            check=True,
+        )
+        return {item['metadata']['name'].lower() for item in json.loads(report.read_text())['install']}
+
+
+def check(dist: Path) -> list[str]:
+    problems: list[str] = []
+    version = _version()
+    wheels, sdists = sorted(dist.glob('*.whl')), sorted(dist.glob('*.tar.gz'))
+    if len(wheels) != 1 or len(sdists) != 1:
+        return [f'expected one wheel and one sdist in {dist}, found {[p.name for p in wheels + sdists]}']
+    wheel, sdist = wheels[0], sdists[0]
+    if f'-{version}-' not in wheel.name or not sdist.name.endswith(f'-{version}.tar.gz'):
+        problems.append(f'{wheel.name} / {sdist.name} do not carry version {version} (compatshim.__version__)')
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        info = next(n for n in names if n.endswith('.dist-info/METADATA'))
+        metadata = email.message_from_bytes(zf.read(info))
+        entry_points = zf.read(next(n for n in names if n.endswith('.dist-info/entry_points.txt'))).decode()
+    for name in names:
+        if '.dist-info/' in name:
+            continue
+        if not name.startswith('compatshim/'):
+            problems.append(f'the wheel holds {name}, outside the compatshim package')
+        elif not (ROOT / name).is_file():
+            problems.append(f'the wheel holds {name}, which is not a file of this checkout (a stale build?)')
+        if name.endswith('.json') or '/tests/' in name or name.startswith(('tests/', 'matrix/')):
+            problems.append(f'the wheel holds {name} (tests, baselines and reports stay in the repository)')
+    if 'compatshim/py.typed' not in names:
+        problems.append('the wheel has no compatshim/py.typed')
+    if metadata['Version'] != version:
+        problems.append(f'metadata Version {metadata["Version"]} != compatshim.__version__ {version}')
+    requires = metadata.get_all('Requires-Dist') or []
+    plain = [r for r in requires if 'extra ==' not in r]
+    if [r.split('>')[0].split('=')[0].strip().lower() for r in plain] != ['packaging']:
+        problems.append(f'unconditional requirements should be packaging only, got {plain}')
+    if not any(r.startswith('matplotlib') and 'extra == "bench"' in r for r in requires):
+        problems.append(f'matplotlib is not declared under the bench extra: {requires}')
+    for needed in ('compatshim = compatshim._cli:main', '[pytest11]', 'compatshim = compatshim.pytest_plugin'):
+        if needed not in entry_points:
+            problems.append(f'entry point missing: {needed!r}')
+    with tarfile.open(sdist) as tf:
+        members = tf.getnames()
+    for needed in ('pyproject.toml', 'README.md', 'compatshim/__init__.py', 'compatshim/py.typed'):
+        if not any(m.endswith('/' + needed) for m in members):
+            problems.append(f'the sdist lacks {needed}')
+    lean = _would_install(str(wheel))
+    full = _would_install(f'compatshim[bench] @ {wheel.resolve().as_uri()}')
+    if 'matplotlib' in lean:
+        problems.append(f'pip install {wheel.name} would install matplotlib')
+    if 'matplotlib' not in full:
+        problems.append(f'pip install {wheel.name}[bench] would not install matplotlib')
+    print(f'{wheel.name}: {len(names)} files; installs {sorted(lean)}; [bench] adds {sorted(full - lean)}')
+    return problems
+
+
+def _build(out: Path) -> list[str]:
+    """Build the sdist and the wheel (from the sdist, as pip would) into ``out``; run twine's metadata check."""
+    subprocess.run([sys.executable, '-m', 'build', '--quiet', '--outdir', str(out), str(ROOT)], check=True)
+    twine = subprocess.run(
+        [sys.executable, '-m', 'twine', 'check', '--strict', *map(str, sorted(out.iterdir()))],
+        capture_output=True,
+        text=True,
+    )
+    return [] if twine.returncode == 0 else [f'twine check --strict failed:\n{twine.stdout}{twine.stderr}']
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[0] == '--build':
+        with tempfile.TemporaryDirectory() as tmp:
+            problems = _build(Path(tmp))
+            problems += check(Path(tmp))
+    else:
+        problems = check(Path(argv[0]))
+    for problem in problems:
+        print(f'check_dist: {problem}', file=sys.stderr)
+    print('check_dist: ' + ('FAILED' if problems else 'ok'))
+    return 1 if problems else 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main(sys.argv[1:]))
