@@ -149,11 +149,13 @@ def _tight_us(samples: list[float], plus: float = 0.0, seed: int = 0) -> list[fl
 
 @pytest.mark.skipif(not IS_AFFECTED, reason='unaffected release: the shim installs no hook')
 def test_planted_fifty_microseconds_in_the_hook_path_is_a_regression(result: dict[str, Any]) -> None:
-    """The real run's hook overhead + 50 µs/batch against itself: a regression; unchanged: ok."""
-    slowed = _quiet(result, seed=1)
+    """A baseline of 8 µs/batch (what a quiet 2-core machine records), then 50 µs/batch more: a regression; unchanged:
+    ok. (Synthetic samples: this tiny run's own figure, taken while other tests load the machine, can be far higher.)"""
+    baseline, slowed = _quiet(result, seed=2), _quiet(result, seed=1)
     for stage in ('batch', 'microbatch'):
-        slowed['hook_overhead_us'][stage]['samples'] = _tight_us(result['hook_overhead_us'][stage]['samples'], 50, 1)
-    verdict = compare.compare(slowed, _quiet(result, seed=2))
+        baseline['hook_overhead_us'][stage]['samples'] = _tight_us([8.0], 0, 2)
+        slowed['hook_overhead_us'][stage]['samples'] = _tight_us([8.0], 50, 1)
+    verdict = compare.compare(slowed, baseline)
     assert verdict['worst'] == 'regression'
     assert verdict['verdicts']['overhead/batch']['verdict'] == 'regression'
     assert verdict['verdicts']['overhead/microbatch']['verdict'] == 'regression'
