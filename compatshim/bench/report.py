@@ -361,7 +361,7 @@ def plot_bytes(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> No
     ax.set_xticklabels([_label(r) for r in results], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel('host→device KiB per step')
     ax.set_title('Bytes moved to the device per step (recipe workload)')
-    ax.legend(fontsize=8, ncol=3, loc='upper center', bbox_to_anchor=(0.5, -0.28))
+    ax.legend(fontsize=8, ncol=3, loc='upper center', bbox_to_anchor=(0.5, -0.38))
     ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
