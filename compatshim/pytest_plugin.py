@@ -13,7 +13,8 @@ Fixtures:
 * ``compatshim_device``: a Composer ``Device`` on which placement is observable: the CPU fake accelerator
   (:class:`compatshim.testing.FakeAcceleratorDevice`), or the real cuda/mps device with ``--compatshim-device``.
 * ``compatshim_placement``: :func:`compatshim.testing.placement` — ``'device'``, ``'host'``, ``'mixed'`` or ``'empty'``.
-* ``compatshim_probe``: wraps a transform so that each call records where it saw its batch;
+* ``compatshim_probe``: :class:`compatshim.testing.PlacementProbe`, which wraps a transform so that each call records
+  where it saw its batch;
   ``probe.assert_on_device()`` fails with what it saw (never called, on the host, mixed).
 * ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else ``batch``), disabled
   after it unless the session enabled it.
@@ -26,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-__all__ = ['PlacementProbe']
+__all__: list[str] = []
 
 _ENABLED_BY_SESSION = pytest.StashKey[bool]()
 
@@ -80,40 +81,6 @@ def pytest_report_header(config: pytest.Config) -> Optional[str]:
     return f'compatshim: {status.verdict.value} (Composer {status.composer_version}), stage {status.stage}'
 
 
-class PlacementProbe:
-    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`).
-
-    Args:
-        transform: The transform to wrap (called with the batch; its result is returned).
-    """
-
-    def __init__(self, transform: Callable[[Any], Any]) -> None:
-        from compatshim.testing import placement
-
-        self.transform = transform
-        self._placement = placement
-        self.seen: list[str] = []
-
-    def __call__(self, batch: Any) -> Any:
-        self.seen.append(self._placement(batch))
-        return self.transform(batch)
-
-    def assert_on_device(self) -> None:
-        """Fail unless the transform was called, and every call saw its whole batch on the device."""
-        name = getattr(self.transform, '__qualname__', None) or type(self.transform).__name__
-        if not self.seen:
-            raise AssertionError(
-                f'{name} was never called (on Composer 0.27–0.28 device_transforms is dropped without the shim)'
-            )
-        wrong = sorted(set(self.seen) - {'device'})
-        if wrong:
-            raise AssertionError(
-                f'{name} saw its batch on the {"/".join(wrong)} in {len(self.seen) - self.seen.count("device")} '
-                f'of {len(self.seen)} calls, expected the device (is the shim enabled? '
-                'pytest --compatshim=batch)'
-            )
-
-
 @pytest.fixture
 def compatshim_device(request: pytest.FixtureRequest) -> Any:
     """A Composer Device on which placement is observable (fake accelerator on cpu, else the real device)."""
@@ -142,8 +109,10 @@ def compatshim_placement() -> Callable[[Any], str]:
 
 
 @pytest.fixture
-def compatshim_probe() -> Callable[[Callable[[Any], Any]], PlacementProbe]:
-    """``compatshim_probe(fn)`` wraps ``fn`` in a :class:`PlacementProbe`."""
+def compatshim_probe() -> Callable[[Callable[[Any], Any]], Any]:
+    """``compatshim_probe(fn)`` wraps ``fn`` in a :class:`compatshim.testing.PlacementProbe`."""
+    from compatshim.testing import PlacementProbe
+
     return PlacementProbe
 
 

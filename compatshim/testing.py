@@ -18,7 +18,7 @@ This module imports torch and Composer; import it only in tests.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from composer.devices import DeviceCPU, DeviceGPU
@@ -27,6 +27,7 @@ __all__ = [
     'FakeAcceleratorDevice',
     'FakeAcceleratorTensor',
     'FakeAutoMicrobatchDevice',
+    'PlacementProbe',
     'is_on_device',
     'observable_device',
     'placement',
@@ -159,3 +160,34 @@ def placement(batch: Any) -> str:
         return 'empty'
     on = [is_on_device(t) for t in tensors]
     return 'device' if all(on) else 'host' if not any(on) else 'mixed'
+
+
+class PlacementProbe:
+    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`).
+
+    Args:
+        transform: The transform to wrap (called with the batch; its result is returned).
+    """
+
+    def __init__(self, transform: Callable[[Any], Any]) -> None:
+        self.transform = transform
+        self.seen: list[str] = []
+
+    def __call__(self, batch: Any) -> Any:
+        self.seen.append(placement(batch))
+        return self.transform(batch)
+
+    def assert_on_device(self) -> None:
+        """Fail unless the transform was called, and every call saw its whole batch on the device."""
+        name = getattr(self.transform, '__qualname__', None) or type(self.transform).__name__
+        if not self.seen:
+            raise AssertionError(
+                f'{name} was never called (on Composer 0.27–0.28 device_transforms is dropped without the shim)'
+            )
+        wrong = sorted(set(self.seen) - {'device'})
+        if wrong:
+            raise AssertionError(
+                f'{name} saw its batch on the {"/".join(wrong)} in {len(self.seen) - self.seen.count("device")} '
+                f'of {len(self.seen)} calls, expected the device (is the shim enabled? '
+                'pytest --compatshim=batch)'
+            )

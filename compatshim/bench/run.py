@@ -207,21 +207,6 @@ class _Planted:
         return out
 
 
-class _Observed:
-    """Wraps the transform for the placement check: records where each call saw the batch."""
-
-    def __init__(self, fn: Any) -> None:
-        from compatshim.testing import placement
-
-        self.fn = fn
-        self.placement = placement
-        self.placements: list[str] = []
-
-    def __call__(self, batch: Any) -> Any:
-        self.placements.append(self.placement(batch))
-        return self.fn(batch)
-
-
 def _trainer(leg: Leg, device: Any, size: Size, fn: Any, workload: Workload) -> Any:
     from composer import Trainer
     from composer.core import DataSpec
@@ -285,10 +270,12 @@ def _per_step(moved: dict[str, int], steps: int) -> dict[str, int]:
 
 def _check(legs: list[Leg], device: str, size: Size, workload: Workload) -> dict[str, dict[str, Any]]:
     """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
+    from compatshim.testing import PlacementProbe  # imports Composer: only when measuring
+
     results: dict[str, dict[str, Any]] = {}
     for leg in legs:
         dev, moved = _counting_device(device)
-        observed = _Observed(workload.transform(size))
+        observed = PlacementProbe(workload.transform(size))
         _set_shim(leg.shim)
         trainer = _trainer(leg, dev, size, observed, workload)
         try:
@@ -296,8 +283,8 @@ def _check(legs: list[Leg], device: str, size: Size, workload: Workload) -> dict
         finally:
             compatshim.disable()
             trainer.close()
-        calls = len(observed.placements) / 2
-        seen = sorted(set(observed.placements))
+        calls = len(observed.seen) / 2
+        seen = sorted(set(observed.seen))
         if leg.name == 'no-transform':
             placement, coherence = '-', '-'
         elif not seen:
@@ -329,8 +316,10 @@ def _main_dtype(moved: dict[str, int]) -> str:
 
 def _plain(device: str, size: Size, workload: Workload) -> dict[str, Any]:
     """What plain ``DataSpec(device_transforms=fn)`` does on this release without the shim, in words (2 steps)."""
+    from compatshim.testing import PlacementProbe  # imports Composer: only when measuring
+
     dev, moved = _counting_device(device)
-    observed = _Observed(workload.transform(size))
+    observed = PlacementProbe(workload.transform(size))
     leg = Leg('plain', 'device_transforms=fn, no shim', True, dataspec=lambda fn: {'device_transforms': fn})
     compatshim.disable()
     try:
@@ -343,7 +332,7 @@ def _plain(device: str, size: Size, workload: Workload) -> dict[str, Any]:
     try:
         trainer.fit(duration='2ba')
     except Exception as exc:  # noqa: BLE001 (whatever the user's run dies of is the finding)
-        ran = 'the transform ran' if observed.placements else 'the transform never ran'
+        ran = 'the transform ran' if observed.seen else 'the transform never ran'
         return {
             'outcome': 'fails',
             'words': f'silently dropped: {ran}, the model got the raw {_main_dtype(moved)} '
@@ -351,7 +340,7 @@ def _plain(device: str, size: Size, workload: Workload) -> dict[str, Any]:
         }
     finally:
         trainer.close()
-    where = sorted(set(observed.placements))
+    where = sorted(set(observed.seen))
     per_step = sum(moved.values()) // 2
     if where == ['device']:
         return {
