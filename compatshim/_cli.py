@@ -136,11 +136,7 @@ def _bench(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, ImportError) as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
-    baseline = cmp.load_baseline(args.baselines, result['device'], result['env']) if args.baselines else None
-    result['comparison'] = cmp.compare(result, baseline)
-    result['comparison']['baseline'] = (
-        str(cmp.baseline_path(args.baselines, result['device'], result['env'])) if baseline else None
-    )
+    _judge(result, args.baselines)
     code = EXIT_REGRESSION if result['comparison']['worst'] == 'regression' else EXIT_OK
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -156,16 +152,42 @@ def _bench(args: argparse.Namespace) -> int:
     return code
 
 
+def _judge(result: dict[str, Any], baselines: Optional[str]) -> None:
+    """Set ``result['comparison']``: every metric judged against the env's baseline under ``baselines`` (if any)."""
+    from compatshim.bench import compare as cmp
+
+    baseline = cmp.load_baseline(baselines, result['device'], result['env']) if baselines else None
+    result['comparison'] = cmp.compare(result, baseline)
+    result['comparison']['baseline'] = (
+        str(cmp.baseline_path(baselines, result['device'], result['env'])) if baselines and baseline else None
+    )
+
+
 def _report(args: argparse.Namespace) -> int:
     from compatshim.bench import report
 
     results = []
     for name in args.results:
         try:
-            results.append(json.loads(Path(name).read_text()))
+            data = json.loads(Path(name).read_text())
         except (OSError, ValueError) as exc:
             print(f'compatshim report: cannot read bench result {name}: {exc}', file=sys.stderr)
             return EXIT_ERROR
+        # A bench result, or a whole report.json (its results: to re-judge a recorded run under today's rule).
+        got = data.get('results') if isinstance(data, dict) and 'legs' not in data else [data]
+        if not isinstance(got, list) or not all(isinstance(r, dict) and 'legs' in r and 'env' in r for r in got):
+            print(
+                f'compatshim report: {name} is neither a bench result (compatshim bench --out) nor a report.json',
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        results.extend(got)
+    if args.rejudge:
+        if not Path(args.rejudge).is_dir():
+            print(f'compatshim report: --rejudge {args.rejudge}: no such baselines directory', file=sys.stderr)
+            return EXIT_ERROR
+        for result in results:
+            _judge(result, args.rejudge)
     written = report.write(results, args.out, png=not args.no_png)
     print(
         f'wrote {args.out}/report.md, report.json{"" if args.no_png else ", " + ", ".join(report.CHARTS)}: '
@@ -242,6 +264,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rep.add_argument('results', nargs='+', metavar='RESULT.json')
     rep.add_argument('--out', metavar='DIR', required=True)
     rep.add_argument('--no-png', action='store_true', help='skip the plot (no matplotlib needed)')
+    rep.add_argument(
+        '--rejudge',
+        metavar='BASELINES',
+        help="judge every result again, under this checkout's rule, against the baselines in BASELINES "
+        '(e.g. matrix/baselines): how a change of the rule is checked against recorded runs, in seconds',
+    )
     rep.set_defaults(func=_report)
 
     args = parser.parse_args(argv)

@@ -38,9 +38,10 @@ by the rule above, and then:
   half of :data:`ABSOLUTE_FLOOR`, and their median by more than it — the machine drifted (a slower or busier host,
   another CPU): every absolute throughput verdict beyond its tolerance becomes *drift*, with the evidence (each no-shim
   leg's change), and the ratios decide;
-- without drift, a shim leg's absolute throughput is a regression only where its ratio to the unpatched leg
-  (:data:`LEG_RATIOS`) is one too: slower in absolute terms alone is the machine (a shim leg measured −6.6% at
-  p < 0.001 on unchanged code, its ratio within tolerance).
+- without drift, a shim leg's absolute throughput is a regression (or an improvement) only where its ratio to the
+  unpatched leg (:data:`LEG_RATIOS`) is one too: moving in absolute terms alone is the machine (on unchanged code a
+  shim leg measured −6.6%, another +18.1%, both at p < 0.001, their ratios within tolerance): *inconclusive*, with
+  the ratio as the reason. A no-shim leg moving alone is likewise *inconclusive*.
 
 *drift* is reported, never failed on (exit 0).
 
@@ -451,7 +452,8 @@ def _absolute(
     leg: str, judgement: Judgement, drift: Optional[dict[str, Any]], ratio: Optional[Judgement] = None
 ) -> Judgement:
     """An absolute throughput verdict, with machine drift and no-shim legs taken out of the gate, and a shim leg's
-    regression kept only where its ratio to the unpatched leg of the same run (``ratio``) confirms it."""
+    regression (or improvement) kept only where its ratio to the unpatched leg of the same run (``ratio``) shows it
+    too."""
     moved = (
         judgement.change is not None and judgement.tolerance is not None and abs(judgement.change) > judgement.tolerance
     )
@@ -465,22 +467,25 @@ def _absolute(
                 f'{evidence}): machine drift, judged by the ratios'
             ),
         )
-    if leg in NO_SHIM_LEGS and judgement.verdict == 'regression':
+    if judgement.verdict not in ('regression', 'improved'):
+        return judgement
+    shift = f'{judgement.change:+.1%} beyond ±{judgement.tolerance:.1%}'
+    if leg in NO_SHIM_LEGS:
         return dataclasses.replace(
             judgement,
             verdict='inconclusive',
-            reason=(
-                f'{judgement.reason}; this leg runs no shim code, and the others did not move with it: noise, not gated'
-            ),
+            reason=f'{shift}; this leg runs no shim code, and the others did not move with it: noise, not gated',
         )
-    if judgement.verdict == 'regression' and (ratio is None or ratio.verdict != 'regression'):
-        # The leg is slower but not relative to the unpatched leg measured in the same rounds: the machine, not the
-        # shim (measured: a shim leg -6.6% at p < 0.001 with its ratio within tolerance, on unchanged code).
+    if ratio is None or ratio.verdict != judgement.verdict:
+        # The leg moved but not relative to the unpatched leg measured in the same rounds: the machine, not the shim
+        # (measured on unchanged code: a shim leg -6.6% at p < 0.001, another +18.1% at p < 0.001, ratios within
+        # tolerance). Neither a regression nor a reason to re-record the baseline.
         return dataclasses.replace(
             judgement,
             verdict='inconclusive',
             reason=(
-                f'{judgement.reason}; its ratio to the unpatched leg of the same run did not fall '
+                f'{shift}; its ratio to the unpatched leg of the same run did not '
+                f'{"fall" if judgement.verdict == "regression" else "rise"} '
                 f'({ratio.reason if ratio else "not measured"}): not the shim, not gated'
             ),
         )
