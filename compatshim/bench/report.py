@@ -165,7 +165,8 @@ def markdown(report: dict[str, Any]) -> str:
         '',
         'Ratios are medians of per-round ratios of legs measured in the same process (± IQR): they compare across '
         'machines. Absolute samples/s compare only against a baseline with the same machine fingerprint. A change '
-        'counts when it exceeds the tolerance (a floor, or half the per-round spread: what two sessions of the same '
+        'counts when it exceeds the tolerance (a floor, or a share of the per-round spread — ½, ¾ for stage '
+        'microbatch — what two sessions of the same '
         f"code differ by) **and** a one-sided rank test of the rounds against the baseline's gives p < {ALPHA}; the "
         'spread of single rounds is not the uncertainty of their median. Shim / no transform is the cost of the '
         'transform relative to the model: it moves with the machine and is shown, not gated. '
