@@ -66,8 +66,9 @@ __all__ = [
     'ALPHA',
     'BYTES_SLACK',
     'BaselineExistsError',
-    'MAX_SPREAD',
     'GATED_RATIOS',
+    'LEG_RATIOS',
+    'MAX_SPREAD',
     'MIN_WINDOWS',
     'NOISE_SHARE',
     'NO_SHIM_LEGS',
@@ -94,6 +95,9 @@ VERDICTS: tuple[str, ...] = ('regression', 'inconclusive', 'drift', 'improved', 
 #: Legs that run no shim code: their absolute throughput measures the machine, never the shim.
 NO_SHIM_LEGS: tuple[str, ...] = ('unpatched', 'native-microbatch', 'no-transform')
 
+#: The share of the larger per-window spread that two sessions of the same code may differ by (absolute throughput,
+#: shim/unpatched; see :data:`RATIO_RULES`).
+NOISE_SHARE = 0.5
 #: The rule's two constants per gated ratio: ``(floor, share)``, tolerance ``max(floor, share × spread)``. Stage
 #: microbatch runs the transform on two half batches while the unpatched leg runs it on one whole batch: different
 #: work, so that ratio moves with the machine (cache, clocks) more than shim/unpatched does. Measured on unchanged
@@ -101,14 +105,11 @@ NO_SHIM_LEGS: tuple[str, ...] = ('unpatched', 'native-microbatch', 'no-transform
 #: (+6.4% at 17.7%); shim-microbatch/unpatched up to 0.52× (+9.8% at 18.7%, p=0.002; -14.4% at 33.6%, p=0.002) and
 #: -4.2% at a 6.3% spread (p < 0.001).
 RATIO_RULES: dict[str, tuple[float, float]] = {
-    'shim_vs_unpatched': (0.03, 0.5),
+    'shim_vs_unpatched': (0.03, NOISE_SHARE),
     'shim_microbatch_vs_unpatched': (0.07, 0.75),
 }
 RATIO_FLOOR = RATIO_RULES['shim_vs_unpatched'][0]
 ABSOLUTE_FLOOR = 0.05
-#: The share of the larger per-window spread that two sessions of the same code may differ by (absolute throughput,
-#: shim/unpatched; see :data:`RATIO_RULES`).
-NOISE_SHARE = 0.5
 #: Overhead tolerance: this many IQRs (µs per batch; see :func:`judge_overhead`).
 SPREAD_FACTOR = 2.0
 MAX_SPREAD = 0.5

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from compatshim.bench import LEGS
-from compatshim.bench.compare import ALPHA, VERDICTS
+from compatshim.bench.compare import ALPHA, RATIO_RULES, VERDICTS
 
 __all__ = ['CHARTS', 'aggregate', 'markdown', 'plot', 'plot_bytes', 'plot_ratios', 'write']
 
@@ -165,7 +165,8 @@ def markdown(report: dict[str, Any]) -> str:
         '',
         'Ratios are medians of per-round ratios of legs measured in the same process (± IQR): they compare across '
         'machines. Absolute samples/s compare only against a baseline with the same machine fingerprint. A change '
-        'counts when it exceeds the tolerance (a floor, or a share of the per-round spread — ½, ¾ for stage '
+        'counts when it exceeds the tolerance (a floor, or a share of the per-round spread — '
+        f'{RATIO_RULES["shim_vs_unpatched"][1]:g}, {RATIO_RULES["shim_microbatch_vs_unpatched"][1]:g} for stage '
         'microbatch — what two sessions of the same '
         f"code differ by) **and** a one-sided rank test of the rounds against the baseline's gives p < {ALPHA}; the "
         'spread of single rounds is not the uncertainty of their median. Shim / no transform is the cost of the '
