@@ -239,26 +239,14 @@ def judge(current: list[float], baseline: Optional[list[float]], floor: float, s
     fell = change < 0
     base = baseline or []  # not empty: _sides returned the quartiles of both
     p = rank_test(current, base) if fell else rank_test(base, current)
+    beyond = f'{change:+.1%} beyond ±{tolerance:.1%}'
     if p >= ALPHA:
-        return Judgement(
-            'inconclusive',
-            f'{change:+.1%} beyond ±{tolerance:.1%}, but the samples do not support it (rank test p={p:.2g})',
-            now,
-            then,
-            change,
-            tolerance,
-        )
+        reason = f'{beyond}, but the samples do not support it (rank test p={p:.2g})'
+        return Judgement('inconclusive', reason, now, then, change, tolerance)
     if fell:
-        return Judgement(
-            'regression', f'{change:+.1%} beyond ±{tolerance:.1%} (rank test p={p:.1g})', now, then, change, tolerance
-        )
+        return Judgement('regression', f'{beyond} (rank test p={p:.1g})', now, then, change, tolerance)
     return Judgement(
-        'improved',
-        f'{change:+.1%} beyond ±{tolerance:.1%} (rank test p={p:.1g}): re-record the baseline',
-        now,
-        then,
-        change,
-        tolerance,
+        'improved', f'{beyond} (rank test p={p:.1g}): re-record the baseline', now, then, change, tolerance
     )
 
 
@@ -417,7 +405,7 @@ def compare(result: dict[str, Any], baseline: Optional[dict[str, Any]]) -> dict[
             absolute[leg] = judged
     drift = machine_drift(absolute)
     for leg, judgement in absolute.items():
-        ratio = verdicts.get(LEG_RATIOS.get(leg, ''))
+        ratio = verdicts.get(LEG_RATIOS[leg]) if leg in LEG_RATIOS else None
         verdicts[f'throughput/{leg}'] = _absolute(leg, judgement, drift, ratio)
     worst = min((j.verdict for j in verdicts.values()), key=VERDICTS.index, default='inconclusive')
     return {
@@ -449,9 +437,7 @@ def machine_drift(absolute: dict[str, Judgement]) -> Optional[dict[str, Any]]:
     return {'change': shared, 'legs': changes}
 
 
-def _absolute(
-    leg: str, judgement: Judgement, drift: Optional[dict[str, Any]], ratio: Optional[Judgement] = None
-) -> Judgement:
+def _absolute(leg: str, judgement: Judgement, drift: Optional[dict[str, Any]], ratio: Optional[Judgement]) -> Judgement:
     """An absolute throughput verdict, with machine drift and no-shim legs taken out of the gate, and a shim leg's
     regression (or improvement) kept only where its ratio to the unpatched leg of the same run (``ratio``) shows it
     too."""
