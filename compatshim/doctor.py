@@ -31,7 +31,7 @@ from compatshim._api import Verdict
 from compatshim._stages import validate_stage
 from compatshim._state import STATE
 
-__all__ = ['main', 'run', 'text']
+__all__ = ['Leg', 'conclude', 'main', 'run', 'text']
 
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
 _PATCH_TARGETS = (
@@ -246,26 +246,31 @@ def run(
         'with_shim': child['with_shim'],
         'enable_error': child['enable_error'],
     }
+    report['exit_code'], report['summary'] = conclude(
+        without, with_shim, stage, was_active=was_active, killed=_switch_set(), enable_error=child['enable_error']
+    )
+    return report
+
+
+def conclude(
+    without: Leg, with_shim: Leg, stage: str, *, was_active: bool, killed: bool, enable_error: Optional[str]
+) -> tuple[int, str]:
+    """The exit code and the one-line summary, from the two self-check legs (the doctor's rules, in one place)."""
     if without.fixed('batch'):
-        report['exit_code'], report['summary'] = EXIT_OK, 'Unaffected: device_transforms runs on the device.'
-    elif with_shim.fixed(stage):
-        report['exit_code'] = EXIT_OK if was_active else EXIT_AFFECTED
-        report['summary'] = 'Affected; the shim fixes it here' + (
-            ' and is enabled.'
-            if was_active
-            else ': add `import compatshim; compatshim.enable()` to your script, '
+        return EXIT_OK, 'Unaffected: device_transforms runs on the device.'
+    if with_shim.fixed(stage):
+        if was_active:
+            return EXIT_OK, 'Affected; the shim fixes it here and is enabled.'
+        return EXIT_AFFECTED, (
+            'Affected; the shim fixes it here: add `import compatshim; compatshim.enable()` to your script, '
             'or start it with `compatshim run -- ...`.'
         )
-    elif _switch_set():
-        report['exit_code'] = EXIT_AFFECTED
-        report['summary'] = (
+    if killed:
+        return EXIT_AFFECTED, (
             f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let the shim fix this.'
         )
-    else:
-        report['exit_code'] = EXIT_NOT_FIXED
-        reason = f' ({child["enable_error"]})' if child['enable_error'] else ''
-        report['summary'] = f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
-    return report
+    reason = f' ({enable_error})' if enable_error else ''
+    return EXIT_NOT_FIXED, f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
 
 
 def _switch_set() -> bool:

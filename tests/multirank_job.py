@@ -22,7 +22,7 @@ if leg == 'shim':
 
 from composer.core import DataSpec  # noqa: E402
 from composer.utils import dist  # noqa: E402
-from conftest_device import make_device  # noqa: E402
+from device import make_device  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from workload import Probe, dataset, steps, trainer  # noqa: E402
 

@@ -1,10 +1,12 @@
-"""A training script that never calls ``compatshim.enable()`` (unless ``--enable``), for ``compatshim run`` tests.
+"""A training script that never calls ``compatshim.enable()`` (unless ``--enable``), for the ``compatshim run`` tests.
 
-``python run_job.py OUT.json [--enable] [--child spawn|forkserver] [--workers]``
+    python run_job.py OUT.json [--enable] [--workers] [--children spawn,forkserver]
 
-Records what this process had imported before it imported Composer, trains one step (batch 8, microbatches of 4)
-with a probe ``device_transforms`` — here, or in a ``multiprocessing`` child started by ``--child`` — and writes what
-the probe and the model saw, the shim's status and the warnings given to OUT.json.
+One process checks everything it can, and reports it all in OUT.json: what it had imported at start (before it
+imports Composer), whether the import hook is armed and an existing ``sitecustomize`` still ran, then one training
+step (batch 8, microbatches of 4) with a probe ``device_transforms`` here — with dataloader workers started by
+``spawn`` if ``--workers`` — and then the same step in each ``multiprocessing`` child asked for. Per process: where the
+probe saw its batches, coherence, the shim's status and warnings, and whether Composer was imported from source.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import multiprocessing
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -21,7 +24,7 @@ HEAVY = ('torch', 'composer', 'compatshim')
 SEEN: list[str] = []  # the shim's warnings, also printed to stderr as usual
 
 
-def _show(message, category, filename, lineno, file=None, line=None):
+def _show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
     if 'compatshim' in str(message):
         SEEN.append(f'{category.__name__}: {message}')
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
@@ -37,30 +40,42 @@ def heavy_modules() -> list[str]:
 
 def worker_modules(worker_id: int) -> None:
     """A dataloader worker's init: record what the worker process imported (it should not be Composer)."""
-    out = Path(sys.argv[1]).with_suffix(f'.worker{worker_id}.json')
-    out.write_text(json.dumps({'modules': heavy_modules()}))
+    Path(sys.argv[1]).with_suffix(f'.worker{worker_id}.json').write_text(json.dumps(heavy_modules()))
 
 
-def train(enable: bool, workers: bool) -> dict:
-    if enable:
+def train(enable: bool, workers: bool) -> dict[str, Any]:
+    """One step with a probe; what it saw. Errors (0.29+ without the shim: TypeError) are reported, not raised."""
+    try:
+        if enable:
+            import compatshim
+
+            compatshim.enable()
+        import inspect
+
+        import composer
+        from composer.core import DataSpec
+        from composer.trainer.trainer import Trainer
+        from device import make_device
+        from workload import Probe, loader, steps, trainer
+
         import compatshim
 
-        compatshim.enable()
-    from composer.core import DataSpec
-    from conftest_device import make_device
-    from workload import Probe, loader, steps, trainer
-
-    import compatshim
-
-    probe = Probe()
-    kwargs = {'num_workers': 1, 'multiprocessing_context': 'spawn', 'worker_init_fn': worker_modules} if workers else {}
-    t, recorder = trainer(
-        make_device(),
-        train_dataloader=DataSpec(loader(8, **kwargs), device_transforms=probe),
-        max_duration='1ba',
-        device_train_microbatch_size=4,
-    )
-    t.fit()
+        try:
+            inspect.getsource(Trainer._train_loop)
+            has_source = True
+        except (OSError, TypeError):
+            has_source = False
+        probe = Probe()
+        kwargs = dict(num_workers=1, multiprocessing_context='spawn', worker_init_fn=worker_modules) if workers else {}
+        t, recorder = trainer(
+            make_device(),
+            train_dataloader=DataSpec(loader(8, **kwargs), device_transforms=probe),
+            max_duration='1ba',
+            device_train_microbatch_size=4,
+        )
+        t.fit()
+    except Exception as exc:  # noqa: BLE001 - the finding
+        return {'error': f'{type(exc).__name__}: {exc}', 'placements': [], 'warnings': SEEN}
     status = compatshim.status()
     draws = steps(recorder, 2)[0][:, 0].tolist()
     return {
@@ -70,36 +85,35 @@ def train(enable: bool, workers: bool) -> dict:
         'stage': status.stage,
         'patches': list(status.patches),
         'warnings': SEEN,
+        'composer_file': composer.__file__,
+        'has_source': has_source,
     }
 
 
-def child(out: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def child(queue: Any) -> None:
     start = heavy_modules()
-    try:
-        queue.put({'child_start_modules': start, **train(enable=False, workers=False)})
-    except Exception as exc:  # noqa: BLE001 - reported to the parent (0.29+ without the shim: TypeError)
-        queue.put({'child_start_modules': start, 'placements': [f'error: {type(exc).__name__}: {exc}']})
+    queue.put({'start_modules': start, **train(enable=False, workers=False)})
 
 
 def main() -> None:
     out = Path(sys.argv[1])
     args = sys.argv[2:]
-    hook = any(type(f).__name__ == 'ComposerImportHook' for f in sys.meta_path)
-    result = {
+    result: dict[str, Any] = {
         'start_modules': heavy_modules(),
-        'hook_armed': hook,
+        'hook_armed': any(type(f).__name__ == 'ComposerImportHook' for f in sys.meta_path),
         'chained': bool(getattr(sys.modules.get('sitecustomize'), 'CHAINED', False)),
     }
-    if '--child' in args:
-        context = multiprocessing.get_context(args[args.index('--child') + 1])
+    result['main'] = train(enable='--enable' in args, workers='--workers' in args)
+    if '--workers' in args:
+        result['worker_modules'] = json.loads(out.with_suffix('.worker0.json').read_text())
+    children = args[args.index('--children') + 1].split(',') if '--children' in args else []
+    for method in children:
+        context = multiprocessing.get_context(method)
         queue = context.Queue()
-        process = context.Process(target=child, args=(str(out), queue))
+        process = context.Process(target=child, args=(queue,))
         process.start()
-        result.update(queue.get(timeout=300))
+        result[method] = queue.get(timeout=300)
         process.join(timeout=60)
-        result['parent_end_modules'] = heavy_modules()
-    else:
-        result.update(train(enable='--enable' in args, workers='--workers' in args))
     out.write_text(json.dumps(result))
 
 

@@ -15,6 +15,8 @@ from compatshim import _api, _state
 from compatshim._shape import check_shape, detect_family
 from compatshim._support import Family
 
+pytestmark = pytest.mark.python
+
 
 def _classes() -> tuple[type, type]:
     from composer.core.data_spec import DataSpec

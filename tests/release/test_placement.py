@@ -24,6 +24,7 @@ def _assert_on_device(probe: Probe, expected_calls: int, what: str) -> None:
     assert where == {'device'}, f'{what}: device_transforms saw batches on {where}'
 
 
+@pytest.mark.python
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_train_two_evaluators_and_predict(leg: str) -> None:
     from composer.core import DataSpec, Evaluator

@@ -3,8 +3,11 @@
 Two topologies — one node of 2 ranks (``composer -n 2``), and two nodes of 2 ranks simulated on this machine by two
 launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 127.0.0.1``) — and three legs: the
 script enables the shim itself (``shim``), the script does not and the launcher is started under
-``compatshim run`` (``run``), and neither (``control``, strict xfail on affected releases). All launches run
-concurrently to keep the matrix fast.
+``compatshim run`` (``run``), and neither (``control``, strict xfail on affected releases). Each launch costs a
+launcher and its ranks, each importing Composer, so each runs where it can differ: one node with the script's own
+``enable()`` and under ``compatshim run`` in every family env (and the ``run`` leg on the forward-compat torch,
+whose ``torch.distributed`` is another), the control once (the host family, where a wrong placement is what fails),
+and two nodes once (the newest release). All launches of an env run concurrently.
 
 Coherence is per rank, as in 0.24.1: Composer seeds each rank with seed + rank, so each rank draws its own
 parameters once per step, and every microbatch on that rank carries that rank's draw.
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONTROL, DEVICE, REPRESENTATIVE
+from conftest import CONTROL, DEVICE, runs_here
 
 pytestmark = [
     pytest.mark.device,
@@ -29,12 +32,15 @@ pytestmark = [
         DEVICE != 'cpu', reason='several ranks on one accelerator need several devices; the cpu legs use gloo'
     ),
 ]
-JOB = Path(__file__).resolve().parent / 'multirank_job.py'
+JOB = Path(__file__).resolve().parents[1] / 'multirank_job.py'
 TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks per node)
-#: The two-node launch tests the launcher's multi-node plumbing, which depends on the release only through its
-#: family: it runs on the newest release of each family (conftest.REPRESENTATIVE); one node runs on every release.
-RUN_TOPOLOGIES = list(TOPOLOGIES) if REPRESENTATIVE else ['one-node']
-LEGS = ('shim', 'run', 'control')
+#: (topology, leg) -> where it runs.
+LAUNCHES: dict[tuple[str, str], tuple[str, ...]] = {
+    ('one-node', 'shim'): ('family',),
+    ('one-node', 'run'): ('family', 'forward'),
+    ('one-node', 'control'): ('family:host',),
+    ('two-nodes', 'run'): ('family:rejected',),
+}
 
 
 def _launcher() -> str:
@@ -56,7 +62,7 @@ def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # typ
         **os.environ,
         'OMP_NUM_THREADS': '1',
         'PYTHONPATH': os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get('PYTHONPATH', '')])
+            filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get('PYTHONPATH', '')])
         ),
     }
     env.pop('COMPATSHIM_STAGE', None)
@@ -99,8 +105,8 @@ def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # typ
 @pytest.fixture(scope='module')
 def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[list[int], str, Path]]:
     started = {}
-    for topology in RUN_TOPOLOGIES:
-        for leg in LEGS:
+    for (topology, leg), where in LAUNCHES.items():
+        if runs_here(where):
             out = tmp_path_factory.mktemp(f'{topology}-{leg}')
             started[topology, leg] = (_start(topology, leg, out), out)
     done = {}
@@ -111,18 +117,17 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
 
 
 @pytest.mark.parametrize(
-    'topology',
+    ('topology', 'leg'),
     [
         pytest.param(
-            t,
-            marks=[]
-            if t in RUN_TOPOLOGIES
-            else [pytest.mark.skip(reason='two nodes run on the newest release of each family only')],
+            topology,
+            leg,
+            id=f'{leg}-{topology}',
+            marks=[pytest.mark.runs_in(*where), *([CONTROL] if leg == 'control' else [])],
         )
-        for t in TOPOLOGIES
+        for (topology, leg), where in LAUNCHES.items()
     ],
 )
-@pytest.mark.parametrize('leg', [pytest.param(leg, marks=[CONTROL] if leg == 'control' else []) for leg in LEGS])
 def test_ranks(topology: str, leg: str, launches: dict[tuple[str, str], Any]) -> None:
     codes, output, out = launches[topology, leg]
     nodes, nproc = TOPOLOGIES[topology]

@@ -6,9 +6,12 @@ import copy
 import gc
 import pickle
 
+import pytest
 import torch
 
 from compatshim.testing import FakeAcceleratorDevice, FakeAcceleratorTensor, is_on_device, placement
+
+pytestmark = pytest.mark.python
 
 
 def test_moved_tensors_views_slices_and_results_stay_tagged() -> None:

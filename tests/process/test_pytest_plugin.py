@@ -1,15 +1,14 @@
 """The pytest plugin, as a user meets it: a test file of their own, using only the plugin's fixtures, run by pytest in
 a fresh process with the plugin found through its ``pytest11`` entry point.
 
-The user's test must pass with ``--compatshim`` on every release, and fail without it on every affected release
-(0.25–0.26: the transform runs on the host; 0.27–0.28: never called; 0.29+: TypeError) — the plugin's own control leg.
-Each run is a fresh pytest process importing Composer, so the variants (stage microbatch, the bare flag) run on the
-newest release of each family only.
+The user's test must pass with ``--compatshim`` (in every family env, and on every Python of the factor), and fail
+without it on every affected family (0.25–0.26: the transform runs on the host; 0.27–0.28: never called; 0.29+:
+TypeError) — the plugin's own control leg. The options' parsing (the bare flag, a stage, a bad stage) is tested without
+a child, in ``tests/unit/test_plugin_options.py``.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import IS_AFFECTED, PER_FAMILY
+from conftest import IS_AFFECTED
 
 USER_TEST = textwrap.dedent("""
     import torch
@@ -83,24 +82,11 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_registered_as_a_pytest11_entry_point() -> None:
-    found = importlib.metadata.entry_points()
-    group = found.select(group='pytest11') if hasattr(found, 'select') else found.get('pytest11', [])  # Python 3.9
-    plugins = {ep.name: ep.value for ep in group}
-    assert plugins.get('compatshim') == 'compatshim.pytest_plugin'
-
-
-@pytest.mark.parametrize('stage', ['batch', pytest.param('microbatch', marks=PER_FAMILY)])
-def test_user_test_passes_with_the_shim(tmp_path: Path, stage: str) -> None:
-    proc = _pytest(tmp_path, f'--compatshim={stage}')
+@pytest.mark.runs_in('family', 'python')
+def test_user_test_passes_with_the_shim(tmp_path: Path) -> None:
+    proc = _pytest(tmp_path, '--compatshim=batch')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '3 passed' in proc.stdout
-
-
-@PER_FAMILY
-def test_bare_flag_means_batch(tmp_path: Path) -> None:
-    proc = _pytest(tmp_path, '--compatshim', '-k', 'shim_state or runs_on')
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_control_inactive_unless_asked(tmp_path: Path) -> None:
@@ -112,9 +98,3 @@ def test_control_inactive_unless_asked(tmp_path: Path) -> None:
         assert 'test_my_transform_runs_on_the_device' in proc.stdout
     else:
         assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_bad_stage_is_a_usage_error(tmp_path: Path) -> None:
-    proc = _pytest(tmp_path, '--compatshim=gpu')
-    assert proc.returncode == 4
-    assert "invalid choice: 'gpu'" in proc.stderr and 'batch' in proc.stderr and 'microbatch' in proc.stderr

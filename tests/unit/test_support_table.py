@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, UNAFFECTED, Family, family_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _expand(spec: str) -> list[str]:
@@ -29,7 +29,7 @@ def _tox() -> configparser.ConfigParser:
 
 
 #: Envs in tox's env_list that are not rows of the support table (tooling checks run by `tox` too).
-TOOLING_ENVS = ['lint', 'build', 'gpu-kit-offline']
+TOOLING_ENVS = ['unit', 'lint', 'build', 'gpu-kit-offline']
 
 
 def test_tox_env_list_is_the_table_on_cpu() -> None:

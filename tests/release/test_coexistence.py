@@ -19,7 +19,7 @@ from workload import Probe, loader, trainer
 
 import compatshim
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device, pytest.mark.python]
 
 TARGETS = [('composer.trainer.trainer', 'Trainer', '_train_loop'), ('composer.core.data_spec', 'DataSpec', '__init__')]
 

@@ -1,0 +1,111 @@
+"""What this test environment is: the installed Composer, its family, and the env's role in the matrix.
+
+Every row of the support table is a tox env; what runs there depends on its **role**:
+
+- ``unit``: no Composer installed (``tox -e unit``): the pure tests under ``tests/unit``.
+- ``release``: every row on the default Python: the in-process tests under ``tests/release`` (placement, coherence,
+  stages, hardening, the API, each with its control leg). Release-specific behaviour is proven here, in every release.
+- ``family``: the newest release of each family (and 0.24.1, the unaffected reference), default Python: the release
+  tests, plus the fresh-process mechanisms under ``tests/process`` (``compatshim run``, launcher ranks, the doctor's
+  child, the pytest plugin in a child), which depend on a release only through its family.
+- ``python``: the Python factor (a row with another Python): only what depends on the interpreter: tests marked
+  ``python`` (import, bootstrap, patching by code shape, sourceless installs, the plugin).
+- ``forward``: the forward-compat row (Composer's torch pins overridden): the release tests, and what depends on torch
+  (tests marked ``forward``: the launcher's ranks).
+
+A test says where it runs with ``@pytest.mark.runs_in(...)`` (roles, or ``family:<name>`` for one family's env);
+without it, ``tests/release`` runs in ``release``, ``family`` and ``forward``, ``tests/process`` in ``family``, and
+``tests/unit`` in ``unit``. Markers ``python`` and ``forward`` add those roles.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from typing import Optional
+
+from packaging.version import Version
+
+from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, Family, TestedRelease, family_of
+
+__all__ = [
+    'COMPOSER',
+    'FAMILY',
+    'FAMILY_ROWS',
+    'IS_AFFECTED',
+    'ROLE',
+    'ROW',
+    'envs_of',
+]
+
+
+def _installed(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+COMPOSER = _installed('mosaicml')
+FAMILY: Optional[Family] = family_of(COMPOSER) if COMPOSER is not None and COMPOSER in AFFECTED else None
+IS_AFFECTED = FAMILY is not None
+PYTHON = f'{sys.version_info.major}.{sys.version_info.minor}'
+
+
+def _family_rows() -> dict[Optional[Family], TestedRelease]:
+    """The newest release of each family on the default Python (``None``: the unaffected reference)."""
+    rows: dict[Optional[Family], TestedRelease] = {}
+    for row in TESTED_RELEASES:
+        if row.python != DEFAULT_PYTHON or row.override:
+            continue
+        if row.family not in rows or Version(row.composer) > Version(rows[row.family].composer):
+            rows[row.family] = row
+    return rows
+
+
+#: The family envs: the newest row of each family (and 0.24.1), on the default Python.
+FAMILY_ROWS = _family_rows()
+
+
+def _row() -> Optional[TestedRelease]:
+    """The support-table row this interpreter is (Composer, torch and Python), or ``None`` (a user's environment)."""
+    torch = _installed('torch')
+    torch = torch.split('+')[0] if torch else None
+    for row in TESTED_RELEASES:
+        if (row.composer, row.torch, row.python) == (COMPOSER, torch, PYTHON):
+            return row
+    return None
+
+
+ROW = _row()
+
+
+def _role() -> str:
+    if COMPOSER is None:
+        return 'unit'
+    if ROW is None:
+        return 'release'  # a user's or the GPU kit's environment: the in-process tests
+    if ROW.python != DEFAULT_PYTHON:
+        return 'python'
+    if ROW.override:
+        return 'forward'
+    return 'family' if FAMILY_ROWS.get(ROW.family) == ROW else 'release'
+
+
+ROLE = _role()
+
+
+def envs_of(where: str, device: str = 'cpu') -> list[str]:
+    """The tox envs a ``runs_in`` place stands for (``family``, ``family:host``, ``python``, ``unit``, ...)."""
+    role, _, family = where.partition(':')
+    if role == 'unit':
+        return ['unit']
+    if role == 'family':
+        rows = [r for f, r in FAMILY_ROWS.items() if not family or (f.value if f else 'unaffected') == family]
+    elif role == 'python':
+        rows = [r for r in TESTED_RELEASES if r.python != DEFAULT_PYTHON]
+    elif role == 'forward':
+        rows = [r for r in TESTED_RELEASES if r.override]
+    else:
+        rows = [r for r in TESTED_RELEASES if r.python == DEFAULT_PYTHON and not r.override]
+    return [f'{r.env}-{device}' for r in rows]

@@ -1,0 +1,187 @@
+"""``compatshim run -- COMMAND``: the shim in every Python process of a run, without editing any script.
+
+Each scenario is one fresh process tree, started as a user starts it (the ``compatshim`` console script or
+``python -m compatshim run``), running ``tests/run_job.py`` — a script that never calls ``enable()`` — which checks
+everything it can in one go and reports it in one JSON file; the tests below read those reports. The scenarios run
+concurrently, once per family (the bootstrap does not depend on the release otherwise), and, for what depends on the
+interpreter (the bootstrap, spawn children, a sourceless Composer, patching by code shape), in the Python factor too.
+
+- ``tree``: the console script; a script that never enables; dataloader workers; a ``spawn`` and a ``forkserver``
+  child; an existing ``sitecustomize`` that must still run.
+- ``kill-switch``: ``COMPATSHIM_DISABLE=1`` under ``compatshim run``: the hook is armed, nothing is patched. It is also
+  the control of this harness: without the shim, the run must fail its placement checks on every affected release.
+- ``sourceless``: a byte-compiled copy of the installed Composer with no ``.py`` file left (as in slim images), under
+  ``--stage microbatch`` (and, on affected releases, reporting itself as the untested ``0.33.0.dev0`` with
+  ``--allow-untested``: the family is found from code objects), with a script that also calls ``enable()``, and a
+  ``spawn`` child.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, ROLE, dev_build_dir
+
+pytestmark = pytest.mark.device
+
+TESTS = Path(__file__).resolve().parents[1]
+JOB = TESTS / 'run_job.py'
+CHAINED_SITECUSTOMIZE = 'CHAINED = True  # an existing sitecustomize that compatshim run must still run\n'
+#: Which scenarios each role starts (the tests below carry the same places).
+STARTED = {'family': ('tree', 'kill-switch', 'sourceless'), 'python': ('sourceless',)}
+
+
+def sourceless_copy(root: Path) -> Path:
+    """A byte-compiled copy of the installed Composer with no ``.py`` file left, in ``root``; returns ``root``."""
+    spec = importlib.util.find_spec('composer')
+    assert spec is not None and spec.submodule_search_locations
+    copy = root / 'composer'
+    shutil.copytree(spec.submodule_search_locations[0], copy, ignore=shutil.ignore_patterns('__pycache__'))
+    subprocess.run([sys.executable, '-m', 'compileall', '-b', '-q', '-j', '0', str(copy)], check=True)
+    for source in copy.rglob('*.py'):
+        source.unlink()
+    assert not list(copy.rglob('*.py')) and list(copy.rglob('*.pyc'))
+    return root
+
+
+def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name -> (command, PYTHONPATH entries to put first). Each writes ``tmp/<name>.json``."""
+    run = [sys.executable, '-m', 'compatshim', 'run']
+    job = [sys.executable, str(JOB)]
+    scenarios: dict[str, tuple[list[str], dict[str, str]]] = {}
+    if 'tree' in STARTED.get(ROLE, ()):
+        existing = tmp / 'existing-site'
+        existing.mkdir()
+        (existing / 'sitecustomize.py').write_text(CHAINED_SITECUSTOMIZE)
+        console = Path(sys.executable).parent / 'compatshim'
+        scenarios['tree'] = (
+            [str(console), 'run', '--', *job, str(tmp / 'tree.json'), '--workers', '--children', 'spawn,forkserver'],
+            {'PYTHONPATH': str(existing)},
+        )
+    if 'kill-switch' in STARTED.get(ROLE, ()):
+        scenarios['kill-switch'] = ([*run, '--', *job, str(tmp / 'kill-switch.json')], {'COMPATSHIM_DISABLE': '1'})
+    if 'sourceless' in STARTED.get(ROLE, ()):
+        path = [str(sourceless_copy(tmp / 'sourceless'))]
+        untested = ['--allow-untested'] if IS_AFFECTED else []
+        if IS_AFFECTED:
+            path.insert(0, str(dev_build_dir(tmp)))
+        scenarios['sourceless'] = (
+            [*run, '--stage', 'microbatch', *untested, '--', *job, str(tmp / 'sourceless.json'), '--enable']
+            + ['--children', 'spawn'],
+            {'PYTHONPATH': os.pathsep.join(path)},
+        )
+    return scenarios
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, dict[str, Any] | None]]:
+    tmp = tmp_path_factory.mktemp('run')
+    base = {k: v for k, v in os.environ.items() if not k.startswith('COMPATSHIM_') or k == 'COMPATSHIM_TEST_DEVICE'}
+    base['OMP_NUM_THREADS'] = '1'
+    procs = {}
+    for name, (command, extra) in _scenarios(tmp).items():
+        env = {**base, **extra}
+        if 'PYTHONPATH' in extra and base.get('PYTHONPATH'):
+            env['PYTHONPATH'] = extra['PYTHONPATH'] + os.pathsep + base['PYTHONPATH']
+        procs[name] = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp
+        )
+    results = {}
+    for name, proc in procs.items():
+        output = proc.communicate(timeout=600)[0]
+        out = tmp / f'{name}.json'
+        results[name] = (proc.returncode, output, json.loads(out.read_text()) if out.exists() else None)
+    return results
+
+
+def _report(runs: dict[str, Any], name: str) -> dict[str, Any]:
+    code, output, result = runs[name]
+    assert code == 0 and result is not None, f'{name} failed ({code}):\n{output[-3000:]}'
+    return result
+
+
+def _placed_and_coherent(process: dict[str, Any], calls: int = 1) -> None:
+    assert process['placements'] == ['device'] * calls, process
+    if calls == 1:
+        assert process['coherent'], 'stage batch: every microbatch must carry the one draw of the step'
+
+
+# --- tree ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.runs_in('family')
+def test_script_that_never_enables(runs: dict[str, Any]) -> None:
+    report = _report(runs, 'tree')
+    assert report['start_modules'] == [], 'nothing heavy may be imported before the script imports Composer'
+    assert report['hook_armed'] is True
+    _placed_and_coherent(report['main'])
+    assert report['main']['verdict'] == ('patched' if IS_AFFECTED else 'unaffected')
+
+
+@pytest.mark.runs_in('family')
+def test_dataloader_workers_import_nothing_of_composer(runs: dict[str, Any]) -> None:
+    modules = _report(runs, 'tree')['worker_modules']
+    assert 'composer' not in modules and 'compatshim' not in modules, modules
+
+
+@pytest.mark.runs_in('family')
+@pytest.mark.parametrize('method', ['spawn', 'forkserver'])
+def test_multiprocessing_children(runs: dict[str, Any], method: str) -> None:
+    child = _report(runs, 'tree')[method]
+    assert child['start_modules'] == []
+    _placed_and_coherent(child)
+
+
+@pytest.mark.runs_in('family')
+def test_existing_sitecustomize_still_runs(runs: dict[str, Any]) -> None:
+    assert _report(runs, 'tree')['chained'] is True
+
+
+# --- kill-switch: the control ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.runs_in('family')
+@CONTROL
+def test_kill_switch_run_is_the_control(runs: dict[str, Any]) -> None:
+    """Without the shim (switched off under compatshim run), the placement checks of this harness must fail."""
+    main = _report(runs, 'kill-switch')['main']
+    assert 'error' not in main, main['error']  # 0.29+: Composer's own TypeError
+    _placed_and_coherent(main)
+
+
+@pytest.mark.runs_in('family')
+def test_kill_switch_wins(runs: dict[str, Any]) -> None:
+    report = _report(runs, 'kill-switch')
+    assert report['hook_armed'] is True and report['main'].get('patches', []) == []
+    if IS_AFFECTED:
+        assert [w for w in report['main']['warnings'] if 'COMPATSHIM_DISABLE is set' in w] == report['main']['warnings']
+        assert len(report['main']['warnings']) == 1
+
+
+# --- sourceless, untested, stage microbatch, a script that also enables ----------------------------------------------
+
+
+@pytest.mark.runs_in('family', 'python')
+@pytest.mark.parametrize('process', ['main', 'spawn'])
+def test_sourceless_composer_under_run(runs: dict[str, Any], process: str) -> None:
+    report = _report(runs, 'sourceless')
+    found = report[process]
+    assert 'error' not in found, found['error']
+    assert found['composer_file'].endswith('.pyc') and found['has_source'] is False, 'the copy must be sourceless'
+    if IS_AFFECTED:  # patched from code objects alone, as an untested release (--allow-untested), at stage microbatch
+        assert found['verdict'] == 'patched' and found['stage'] == 'microbatch'
+        assert len(found['patches']) == len(set(found['patches'])) == 4, 'the script enable() patched nothing twice'
+        assert found['placements'] == ['device', 'device']  # one call per microbatch
+        assert found['warnings'] == [], f'{DEV_BUILD} was allowed: no warning'
+    else:
+        assert found['verdict'] == 'unaffected' and found['patches'] == []
+        _placed_and_coherent(found)
+    assert report['start_modules'] == [] and report['hook_armed'] is True

@@ -1,0 +1,55 @@
+"""The doctor's exit codes and summaries (``doctor.conclude``), on recorded self-check findings.
+
+The findings come from the child process's two legs (without and with the shim); where the child runs, and what it
+finds on each release, is tested in ``tests/process/test_doctor.py`` and ``tests/release/test_doctor_check.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from compatshim.doctor import EXIT_AFFECTED, EXIT_NOT_FIXED, EXIT_OK, Leg, conclude
+
+ON_DEVICE: dict[str, Any] = {'train': 'device', 'eval': 'device', 'predict': 'device', 'coherent': True}
+HOST = Leg(shim=False, train='host', eval='host', predict='device', coherent=False)
+DROPPED = Leg(shim=False, train='never called', eval='never called', predict='never called')
+REJECTED = Leg(
+    shim=False, train='error', eval='error', predict='error', error="TypeError: unexpected 'device_transforms'"
+)
+
+
+def _conclude(without: Leg, with_shim: Leg, stage: str = 'batch', **kw: Any) -> tuple[int, str]:
+    settings: dict[str, Any] = {'was_active': False, 'killed': False, 'enable_error': None, **kw}
+    return conclude(without, with_shim, stage, **settings)
+
+
+def test_unaffected() -> None:
+    assert _conclude(Leg(False, **ON_DEVICE), Leg(True, **ON_DEVICE))[0] == EXIT_OK
+
+
+@pytest.mark.parametrize('without', [HOST, DROPPED, REJECTED], ids=['host', 'dropped', 'rejected'])
+@pytest.mark.parametrize(('was_active', 'code'), [(False, EXIT_AFFECTED), (True, EXIT_OK)])
+def test_affected_and_fixed(without: Leg, was_active: bool, code: int) -> None:
+    exit_code, summary = _conclude(without, Leg(True, **ON_DEVICE), was_active=was_active)
+    assert exit_code == code
+    assert ('is enabled' in summary) is was_active and ('compatshim run' in summary) is not was_active
+
+
+def test_stage_microbatch_is_fixed_without_coherence() -> None:
+    with_shim = Leg(True, **{**ON_DEVICE, 'coherent': False})
+    assert _conclude(HOST, with_shim, 'microbatch')[0] == EXIT_AFFECTED
+    assert _conclude(HOST, with_shim, 'batch')[0] == EXIT_NOT_FIXED  # stage batch promises coherence
+
+
+def test_kill_switch_is_affected_not_a_bug() -> None:
+    exit_code, summary = _conclude(HOST, HOST, killed=True)
+    assert exit_code == EXIT_AFFECTED and 'COMPATSHIM_DISABLE is set' in summary
+
+
+@pytest.mark.parametrize('error', [None, 'UnexpectedComposerShapeError: Trainer._train_loop is x.hidden'])
+def test_not_fixed_asks_for_a_report(error: Optional[str]) -> None:
+    exit_code, summary = _conclude(HOST, HOST, enable_error=error)
+    assert exit_code == EXIT_NOT_FIXED and 'please report' in summary
+    assert (error in summary) if error else '()' not in summary

@@ -1,0 +1,73 @@
+"""tox's inline plugin for this project (tox loads ``toxfile.py`` by itself): at the end of a tox run, list what this
+run did not run, each with its reason and the command that runs it.
+
+- envs skipped because their interpreter is not on this machine (the Python factor), and how to make it visible;
+- tests that ran in *no* env of this run: deselected because they belong to another role's envs (tests/matrix_env.py),
+  or skipped with a reason (e.g. the device is absent). ``tests/conftest.py`` writes, per env, which tests ran and
+  which did not, into ``.tox/.not-run/``; a test that ran in any env of the run is not listed.
+
+Nothing is printed when everything ran.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tox.plugin import impl
+from tox.tox_env.errors import Skip
+
+_STARTED = time.time()
+_SKIPPED_ENVS: dict[str, str] = {}
+_WORK_DIRS: set[Path] = set()
+
+
+@impl
+def tox_env_teardown(tox_env: Any) -> None:
+    _WORK_DIRS.add(Path(tox_env.core['work_dir']))
+    if tox_env._run_state.get('setup'):  # it ran (or failed on its own): tox reports that itself
+        return
+    try:
+        tox_env.base_python  # noqa: B018 - raises Skip where the interpreter is missing
+    except Skip as exc:
+        _SKIPPED_ENVS[tox_env.name] = str(exc)
+    except Exception:  # noqa: BLE001 - not an interpreter problem: tox reports it itself
+        pass
+
+
+def _tests_not_run() -> dict[str, list[str]]:
+    ran: set[str] = set()
+    not_run: dict[str, str] = {}
+    for work in _WORK_DIRS:
+        for record in (work / '.not-run').glob('*.json'):
+            if record.stat().st_mtime < _STARTED:
+                continue
+            data = json.loads(record.read_text())
+            ran.update(data['ran'])
+            not_run.update(data['not_run'])
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for nodeid, reason in sorted(not_run.items()):
+        if nodeid not in ran:
+            by_reason[reason].append(nodeid)
+    return by_reason
+
+
+def _summary() -> None:
+    lines = []
+    for env, reason in sorted(_SKIPPED_ENVS.items()):
+        lines.append(
+            f'  env {env}: skipped, {reason}; install that Python (pyenv install X.Y) and make it visible '
+            f'(PYENV_VERSION, as .ci/run does), then: tox -e {env}'
+        )
+    for reason, nodeids in sorted(_tests_not_run().items(), key=lambda kv: -len(kv[1])):
+        example = nodeids[0] + (f' and {len(nodeids) - 1} more' if len(nodeids) > 1 else '')
+        lines.append(f'  {len(nodeids)} test(s) ran nowhere in this run ({example}): {reason}')
+    if lines:
+        print('compatshim: not run by this tox run:\n' + '\n'.join(lines), flush=True)
+
+
+atexit.register(_summary)
