@@ -1,12 +1,13 @@
-"""tox's inline plugin for this project (tox loads ``toxfile.py`` by itself): at the end of a tox run, list what this
-run did not run, each with its reason and the command that runs it.
+"""tox's inline plugin for this project (tox loads ``toxfile.py`` by itself): at the end of a tox run, say what the
+run cost in child processes that imported Composer, and list what it did not run, each with its reason and the
+command that runs it.
 
 - envs skipped because their interpreter is not on this machine (the Python factor), and how to make it visible;
 - tests that ran in *no* env of this run: deselected because they belong to another role's envs (tests/matrix_env.py),
   or skipped with a reason (e.g. the device is absent). ``tests/conftest.py`` writes, per env, which tests ran and
   which did not, into ``.tox/.not-run/``; a test that ran in any env of the run is not listed.
 
-Nothing is printed when everything ran.
+Nothing is printed for a run that ran no test env.
 """
 
 from __future__ import annotations
@@ -39,31 +40,38 @@ def tox_env_teardown(tox_env: Any) -> None:
         pass
 
 
-def _tests_not_run() -> dict[str, list[str]]:
-    ran: set[str] = set()
-    not_run: dict[str, str] = {}
+def _records() -> dict[str, dict[str, Any]]:
+    """What each test env of this run recorded (``tests/conftest.py``), by env."""
+    found = {}
     for work in _WORK_DIRS:
         for record in (work / '.not-run').glob('*.json'):
-            if record.stat().st_mtime < _STARTED:
-                continue
-            data = json.loads(record.read_text())
-            ran.update(data['ran'])
-            not_run.update(data['not_run'])
+            if record.stat().st_mtime >= _STARTED:
+                found[record.stem] = json.loads(record.read_text())
+    return found
+
+
+def _tests_not_run(records: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    ran = {nodeid for data in records.values() for nodeid in data['ran']}
     by_reason: dict[str, list[str]] = defaultdict(list)
-    for nodeid, reason in sorted(not_run.items()):
+    for nodeid, reason in sorted({k: v for data in records.values() for k, v in data['not_run'].items()}.items()):
         if nodeid not in ran:
             by_reason[reason].append(nodeid)
     return by_reason
 
 
 def _summary() -> None:
+    records = _records()
+    counted = {env: data['imports'] for env, data in records.items() if data.get('imports') is not None}
+    if counted:
+        detail = ', '.join(f'{env} {n}' for env, n in sorted(counted.items(), key=lambda kv: -kv[1]) if n)
+        print(f'compatshim: {sum(counted.values())} child processes imported Composer in this run ({detail})')
     lines = []
     for env, reason in sorted(_SKIPPED_ENVS.items()):
         lines.append(
             f'  env {env}: skipped, {reason}; install that Python (pyenv install X.Y) and make it visible '
             f'(PYENV_VERSION, as .ci/run does), then: tox -e {env}'
         )
-    for reason, nodeids in sorted(_tests_not_run().items(), key=lambda kv: -len(kv[1])):
+    for reason, nodeids in sorted(_tests_not_run(records).items(), key=lambda kv: -len(kv[1])):
         example = nodeids[0] + (f' and {len(nodeids) - 1} more' if len(nodeids) > 1 else '')
         lines.append(f'  {len(nodeids)} test(s) ran nowhere in this run ({example}): {reason}')
     if lines:

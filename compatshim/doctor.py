@@ -31,7 +31,7 @@ from compatshim._api import Verdict
 from compatshim._stages import validate_stage
 from compatshim._state import STATE
 
-__all__ = ['Leg', 'conclude', 'main', 'run', 'text']
+__all__ = ['Leg', 'conclude', 'diagnose', 'main', 'run', 'text']
 
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
 _PATCH_TARGETS = (
@@ -186,7 +186,7 @@ def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, A
         return {'crashed': f'the self-check process exited {proc.returncode}: {proc.stderr.strip()[-800:]}'}
 
 
-def run(
+def diagnose(
     device: Optional[str] = None, *, stage: Optional[str] = None, allow_untested: Optional[bool] = None
 ) -> dict[str, Any]:
     """Gather the doctor's findings as a JSON-ready dict (see the README for its fields).
@@ -271,6 +271,10 @@ def conclude(
         )
     reason = f' ({enable_error})' if enable_error else ''
     return EXIT_NOT_FIXED, f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
+
+
+#: The name ``diagnose`` had before 0.1.0's harness rework; kept for scripts that call it.
+run = diagnose
 
 
 def _switch_set() -> bool:

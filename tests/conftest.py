@@ -254,7 +254,8 @@ def pytest_sessionfinish(session: Any) -> None:
         record = Path(work) / '.not-run' / f'{env}.json'
         record.parent.mkdir(parents=True, exist_ok=True)
         not_run = {k: v for k, v in config.stash[_NOT_RUN].items() if k not in config.stash[_RAN]}
-        record.write_text(json.dumps({'ran': sorted(config.stash[_RAN]), 'not_run': not_run}))
+        counted = _imports(config) if _LOG in config.stash else None
+        record.write_text(json.dumps({'ran': sorted(config.stash[_RAN]), 'not_run': not_run, 'imports': counted}))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ['CALLS', 'SAMPLES', 'hook_overhead', 'planted_hook_delay']
+__all__ = ['CALLS', 'SAMPLES', 'hook_overhead_us', 'planted_hook_delay']
 
 #: Calls per path per sample, and samples (pairs) per stage.
 CALLS = 2000
@@ -58,7 +58,7 @@ def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def hook_overhead(
+def hook_overhead_us(
     device: Any, sync: Callable[[], None], stage: str, calls: int = CALLS, samples: int = SAMPLES
 ) -> list[float]:
     """Microseconds per batch that the shim's hook path spends beyond the direct path, one value per sample.

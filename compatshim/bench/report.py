@@ -1,284 +1,166 @@
-"""The regression baseline report: Markdown, the same as JSON, and three PNG charts, over every env that ran.
+"""The regression baseline report: judged results rendered as Markdown, the same as JSON, and three PNG charts.
 
-Charts: ``throughput.png`` (samples/s per release and leg), ``ratios.png`` (shim / unpatched per release with the
-tolerance band around 1.0) and ``bytes.png`` (host→device bytes per step per leg, recipe workload).
-
-Input: the result records written by ``compatshim bench --out`` (each with its ``comparison``). Imports nothing heavy;
-matplotlib is imported only to draw the plot.
+Input: :class:`~compatshim.bench.report.Judged` results (a bench result, its baseline and the judge's outcomes).
+Output, per device: ``report.md``, ``report.json`` (raw samples and outcomes; ``compatshim report`` reads it back to
+judge it again), ``ratios.png`` (the gated ratios per release, with the minimum-effect band around the baseline),
+``bytes.png`` (host→device bytes per step per leg, recipe workload) and ``throughput.png`` (samples/s per leg).
+Imports nothing heavy; matplotlib only to draw.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
+import statistics
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from compatshim.bench import LEGS
-from compatshim.bench.compare import ALPHA, RATIO_RULES, VERDICTS
+from compatshim.bench import judge as judging
+from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
 
-__all__ = ['CHARTS', 'aggregate', 'markdown', 'plot', 'plot_bytes', 'plot_ratios', 'write']
+__all__ = ['CHARTS', 'Judged', 'markdown', 'write']
 
 #: The chart files :func:`write` draws.
-CHARTS: tuple[str, ...] = ('throughput.png', 'ratios.png', 'bytes.png')
+CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
 
 
-def _env_key(result: dict[str, Any]) -> tuple[str, Any, Any]:
-    from packaging.version import Version
+@dataclasses.dataclass
+class Judged:
+    """One env's result, the baseline it was judged against (its path, or ``None``), and the outcomes."""
 
-    return (result['device'], Version(result['composer']), Version(result['torch'].split('+')[0]))
+    result: BenchResult
+    baseline: Optional[BenchResult]
+    baseline_path: Optional[str]
+    judgements: list[judging.Judgement]
+
+    @property
+    def worst(self) -> str:
+        return judging.worst(self.judgements)
+
+    def outcome(self, metric: str) -> str:
+        return next((j.outcome for j in self.judgements if j.metric == metric), '—')
+
+    def machine_change(self) -> Optional[float]:
+        """How much faster the unpatched leg ran than in the baseline, same machine only (reported, never judged)."""
+        base = self.baseline
+        if base is None or any(self.result.fingerprint.get(k) != base.fingerprint.get(k) for k in judging.MATCH_KEYS):
+            return None
+        now, then = self.result.legs['unpatched'].samples_per_s, base.legs['unpatched'].samples_per_s
+        return statistics.median(now) / statistics.median(then) - 1 if now and then else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.result.to_json(),
+            'baseline': self.baseline_path,
+            'judgements': [dataclasses.asdict(j) for j in self.judgements],
+        }
 
 
-def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Order the results (device, Composer, torch) and count the verdicts. The report JSON is this dict."""
-    results = sorted(results, key=_env_key)
-    counts = {v: 0 for v in VERDICTS}
-    for result in results:
-        for judgement in result.get('comparison', {}).get('verdicts', {}).values():
-            counts[judgement['verdict']] += 1
-    worst = next((v for v in VERDICTS if counts[v]), 'inconclusive')
-    return {
-        'schema': 1,
-        'envs': [r['env'] for r in results],
-        'verdict_counts': counts,
-        'worst': worst,
-        'results': results,
-    }
-
-
-def _num(value: Optional[float], fmt: str) -> str:
-    return '—' if value is None else format(value, fmt)
-
-
-def _ratio(result: dict[str, Any], metric: str) -> str:
-    data = result['headline'].get(metric, {})
-    if not data.get('n'):
+def _spread(samples: list[float], fmt: str = '.3f') -> str:
+    if not samples:
         return '—'
-    return f'{data["median"]:.3f} ± {data["iqr"]:.3f}'
+    q1, median, q3 = quartiles(samples)
+    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
 
 
-def _verdict(result: dict[str, Any], metric: str) -> str:
-    judgement = result.get('comparison', {}).get('verdicts', {}).get(metric)
-    return '—' if judgement is None else judgement['verdict']
+def _pct(value: Optional[float]) -> str:
+    return '—' if value is None else f'{value:+.1%}'
 
 
-def _mib(value: Optional[int]) -> str:
-    return '—' if value is None else f'{value / 2**20:.1f}'
+def _rule() -> list[str]:
+    """The rule, quoted from :mod:`compatshim.bench.judge` (written once, there)."""
+    doc = judging.__doc__ or ''
+    return [line.strip() for line in doc.splitlines() if line.startswith('    ')]
 
 
-def _kib(value: Optional[int]) -> str:
-    return '—' if value is None else f'{value / 2**10:.1f}'
-
-
-def _hook(result: dict[str, Any]) -> str:
-    hook = result.get('hook_overhead_us') or {}
-    if not hook.get('available'):
-        return 'n/a'
-    return ' · '.join(f'{hook[stage]["median"]:.1f} ± {hook[stage]["iqr"]:.1f}' for stage in ('batch', 'microbatch'))
-
-
-def _worst_of(result: dict[str, Any], prefix: str) -> str:
-    verdicts = [
-        j['verdict'] for m, j in result.get('comparison', {}).get('verdicts', {}).items() if m.startswith(prefix)
-    ]
-    return min(verdicts, key=VERDICTS.index) if verdicts else '—'
-
-
-def _recipe_lines(results: list[dict[str, Any]]) -> list[str]:
-    with_recipe = [r for r in results if r.get('recipe')]
-    if not with_recipe:
-        return []
-    out = [
-        '## Recipe workload: what crosses to the device',
-        '',
-        'uint8 NCHW images and int64 labels from the collate; on the device: normalisation (mean/std in 0–255 units) '
-        'and a batch-level crop and flip. With the shim (as on 0.24.1) 1 byte per pixel crosses; when the transform '
-        'runs on the host, float32 crosses: 4 bytes per pixel. **Bytes shim / unpatched** is the headline. Where plain '
-        '`device_transforms` cannot run (0.27–0.28 drop it, 0.29+ reject it), the unpatched leg is the workaround a '
-        'user would write, `batch_transforms=fn` on the host, and the comparison says so.',
-        '',
-        '| env | plain `device_transforms`, no shim | unpatched leg | unpatched H→D KiB/step | shim H→D KiB/step '
-        '| **bytes shim / unpatched** | bytes verdict | recipe samples/s shim / unpatched |',
-        '|---|---|---|---|---|---|---|---|',
-    ]
-    for r in with_recipe:
-        recipe = r['recipe']
-        legs = recipe['legs']
-        unpatched = legs['unpatched']
-        label = (
-            'workaround: `batch_transforms` (host)'
-            if unpatched['description'].startswith('batch_transforms')
-            else f'`device_transforms` ({unpatched["placement"]})'
-        )
-        ratio = recipe['bytes_shim_vs_unpatched']
-        thr = recipe.get('shim_vs_unpatched') or {}
-        out.append(
-            f'| {r["env"]} | {recipe["plain_device_transforms"]["words"]} | {label} '
-            f'| {_kib(unpatched["h2d_bytes_per_step"])} | {_kib(legs["shim-batch"]["h2d_bytes_per_step"])} '
-            f'| **{_num(ratio, ".2f")}** | {_worst_of(r, "bytes/")} '
-            f'| {_num(thr.get("median"), ".3f")} ± {_num(thr.get("iqr"), ".3f")} |'
-        )
-    out += [
-        '',
-        '| env | leg | placement | crosses (bytes/step by dtype) | calls/step | samples/s (median ± IQR) '
-        '| placement verdict |',
-        '|---|---|---|---|---|---|---|',
-    ]
-    for r in with_recipe:
-        for leg, data in r['recipe']['legs'].items():
-            if not data['available']:
-                continue
-            by_dtype = ', '.join(f'{name} {n}' for name, n in data.get('h2d_bytes_by_dtype', {}).items())
-            thr = data['samples_per_s']
-            out.append(
-                f'| {r["env"]} | {leg} | {data["placement"]} | {by_dtype} | {data["calls_per_step"]:g} '
-                f'| {thr["median"]:.0f} ± {thr["iqr"]:.0f} | {_verdict(r, "recipe-placement/" + leg)} |'
-            )
-    return out + [
-        '',
-        'Recipe throughput is reported, not gated: on a CPU the move is a copy in memory, so only the '
-        'bytes and the placement say what the shim changes there.',
-        '',
-    ]
-
-
-def _drift_lines(results: list[dict[str, Any]]) -> list[str]:
-    drifted = [(r['env'], r['comparison']['drift']) for r in results if r.get('comparison', {}).get('drift')]
-    if not drifted:
-        return []
-    lines = ['## Machine drift (reported, not a regression)', '']
-    for env, drift in drifted:
-        legs = ', '.join(f'{leg} {change:+.1%}' for leg, change in drift['legs'].items())
-        lines.append(f'- {env}: the legs that run no shim code moved {drift["change"]:+.1%} (median of {legs})')
-    return lines + ['']
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The report as Markdown: headline table per env, then one row per env × leg."""
-    out = ['# compatshim regression baseline report', '']
-    results = report['results']
-    if not results:
+def markdown(judged: list[Judged], device: str) -> str:
+    """The report of one device as Markdown."""
+    counts = {o: sum(j.outcome == o for r in judged for j in r.judgements) for o in judging.OUTCOMES}
+    worst = judging.worst([j for r in judged for j in r.judgements])
+    out = [f'# compatshim regression baseline report ({device})', '']
+    if not judged:
         return '\n'.join(out + ['No env produced a result.', ''])
-    counts = ', '.join(f'{n} {v}' for v, n in report['verdict_counts'].items())
     out += [
-        f'Envs: {len(results)}. Verdicts over all metrics: {counts}. **Worst: {report["worst"]}.**',
+        f'Envs: {len(judged)}. Outcomes over all gated metrics: '
+        + ', '.join(f'{n} {o}' for o, n in counts.items())
+        + f'. **Worst: {worst}.**',
         '',
-        'Ratios are medians of per-round ratios of legs measured in the same process (± IQR): they compare across '
-        'machines. Absolute samples/s compare only against a baseline with the same machine fingerprint. A change '
-        'counts when it exceeds the tolerance (a floor, or a share of the per-round spread — '
-        f'{RATIO_RULES["shim_vs_unpatched"][1]:g}, {RATIO_RULES["shim_microbatch_vs_unpatched"][1]:g} for stage '
-        'microbatch — what two sessions of the same '
-        f"code differ by) **and** a one-sided rank test of the rounds against the baseline's gives p < {ALPHA}; the "
-        'spread of single rounds is not the uncertainty of their median. Shim / no transform is the cost of the '
-        'transform relative to the model: it moves with the machine and is shown, not gated. '
-        "**Hook overhead**: microseconds per batch that the shim's own path (hook dispatch, loop frame lookup, the "
-        "move through the trainer's device, the result check) costs beyond calling the move and the transform "
-        'directly, measured by a micro-benchmark (2000 calls per sample, interleaved), at stage batch · stage '
-        'microbatch, median ± IQR. Only a regression fails the gate; *drift* means the legs that run no shim code '
-        'moved together against their baseline (the machine changed), so absolute throughput is shown but not '
-        'judged, and the ratios decide.',
+        '**The rule** (`compatshim/bench/judge.py`): ' + ' '.join(_rule()),
         '',
-        *_drift_lines(results),
+        'Ratios are medians of per-round ratios of two legs measured in the same process (± IQR). *Machine* is the '
+        "unpatched leg's samples/s against its baseline on the same machine: reported, never judged.",
+        '',
         '## Headline per release',
         '',
-        '| env | family | shim / unpatched | verdict | shim microbatch / unpatched | verdict '
-        '| shim / no transform (not gated) | hook overhead µs/batch (batch · microbatch) | verdict '
-        '| recipe bytes shim / unpatched | baseline |',
-        '|---|---|---|---|---|---|---|---|---|---|---|',
+        '| env | family | shim-batch / unpatched | | shim-microbatch / native-microbatch | | shim-microbatch / '
+        'unpatched (reported) | hook µs/batch (batch · microbatch) | | recipe bytes shim / unpatched | | machine |',
+        '|---|---|---|---|---|---|---|---|---|---|---|---|',
     ]
-    for r in results:
-        baseline = r.get('comparison', {}).get('baseline') or 'none'
-        bytes_ratio = (r.get('recipe') or {}).get('bytes_shim_vs_unpatched')
+    for r in judged:
+        res, hook = r.result, r.result.hook_overhead_us
+        hooks = ' · '.join(_spread(hook[s], '.1f') for s in ('batch', 'microbatch') if s in hook) or 'n/a'
+        bytes_ratio = res.recipe.bytes_shim_vs_unpatched
         out.append(
-            f'| {r["env"]} | {r["family"]} | {_ratio(r, "shim_vs_unpatched")} | {_verdict(r, "shim_vs_unpatched")} '
-            f'| {_ratio(r, "shim_microbatch_vs_unpatched")} | {_verdict(r, "shim_microbatch_vs_unpatched")} '
-            f'| {_ratio(r, "shim_vs_no_transform")} | {_hook(r)} | {_worst_of(r, "overhead/")} '
-            f'| {_num(bytes_ratio, ".2f")} | {baseline} |'
+            f'| {res.env} | {res.family} | {_spread(res.ratios.get("shim-batch/unpatched", []))} '
+            f'| {r.outcome("shim-batch/unpatched")} '
+            f'| {_spread(res.ratios.get("shim-microbatch/native-microbatch", []))} '
+            f'| {r.outcome("shim-microbatch/native-microbatch")} '
+            f'| {_spread(res.ratios.get("shim-microbatch/unpatched", []))} | {hooks} '
+            f'| {r.outcome("hook overhead µs/batch (batch)")} '
+            f'| {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {r.outcome("bytes per step (shim-batch)")} '
+            f'| {_pct(r.machine_change())} |'
         )
-    out += ['', *_recipe_lines(results)]
     out += [
+        '',
+        '## Recipe workload: what crosses to the device',
+        '',
+        'uint8 NCHW images from the collate; on the device: normalisation (mean/std in 0–255 units) and a batch-level '
+        'crop and flip. With the shim (as on 0.24.1) 1 byte per pixel crosses; when the transform runs on the host, '
+        'float32: 4 bytes per pixel. Where plain `device_transforms` cannot run (0.27–0.28 drop it, 0.29+ reject it), '
+        'the unpatched leg is the workaround a user would write, `batch_transforms=fn` on the host.',
+        '',
+        '| env | plain `device_transforms`, no shim | unpatched leg | unpatched KiB/step | shim KiB/step |',
+        '|---|---|---|---|---|',
+    ]
+    for r in judged:
+        unpatched, shim = r.result.recipe.legs['unpatched'], r.result.recipe.legs['shim-batch']
+        out.append(
+            f'| {r.result.env} | {r.result.recipe.plain["words"]} | {unpatched.description} '
+            f'| {unpatched.h2d_bytes_per_step / 1024:.1f} | {shim.h2d_bytes_per_step / 1024:.1f} |'
+        )
+    out += [
+        '',
         '## Per leg (augment workload)',
         '',
-        '| env | leg | placement | coherence | calls/step | H→D MiB/step | peak device MiB | samples/s (median ± IQR) '
-        '| placement verdict | throughput verdict |',
-        '|---|---|---|---|---|---|---|---|---|---|',
+        '| env | leg | placement | coherence | calls/step | H→D MiB/step | samples/s (median ± IQR) |',
+        '|---|---|---|---|---|---|---|',
     ]
-    for r in results:
-        for leg in LEGS:
-            data = r['legs'].get(leg)
-            if data is None:
+    for r in judged:
+        for name in LEGS:
+            leg = r.result.legs.get(name)
+            if leg is None:
                 continue
-            if not data['available']:
-                out.append(f'| {r["env"]} | {leg} | n/a: {data["reason"]} | | | | | | | |')
+            if not leg.available:
+                out.append(f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |')
                 continue
-            thr = data['samples_per_s']
             out.append(
-                f'| {r["env"]} | {leg} | {data["placement"]} | {data["coherence"]} | {data["calls_per_step"]:g} '
-                f'| {_mib(data["h2d_bytes_per_step"])} | {_mib(data["peak_device_bytes"])} '
-                f'| {thr["median"]:.0f} ± {thr["iqr"]:.0f} | {_verdict(r, "placement/" + leg)} '
-                f'| {_verdict(r, "throughput/" + leg)} |'
+                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence} | {leg.calls_per_step:g} '
+                f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {_spread(leg.samples_per_s, ".0f")} |'
             )
-    out += ['', '## Legs', '']
-    described: dict[tuple[str, str], str] = {}
-    for r in results:
-        for leg, data in r['legs'].items():
-            described.setdefault((leg, data['description']), r['env'])
-    out += [f'- **{leg}**: {desc}' for leg, desc in described]
-    notable = [
-        (r['env'], metric, j)
-        for r in results
-        for metric, j in r.get('comparison', {}).get('verdicts', {}).items()
-        if j['verdict'] != 'ok'
-    ]
-    out += ['', '## Verdicts other than ok', '']
-    out += [f'- {env} `{metric}`: **{j["verdict"]}** — {j["reason"]}' for env, metric, j in notable] or ['None.']
-    out += ['', '## Machine', '']
+    notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome != 'ok']
+    out += ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
+    out += ['## Machine', '']
     machines: dict[str, list[str]] = {}
-    for r in results:
-        fp = r['fingerprint']
+    for r in judged:
+        fp = r.result.fingerprint
         machine = (
-            f'{fp["cpu_model"]}, {fp["cpu_count"]} CPUs, {fp["torch_threads"]} torch thread(s), '
-            f'GPU: {fp["gpu"] or "none"}, Python {fp["python"]}, workload size {fp["size"]["name"]}'
+            f'{fp["cpu_model"]}, {fp["cpu_count"]} CPUs, {fp["torch_threads"]} torch thread(s), GPU: '
+            f'{fp["gpu"] or "none"}, Python {fp["python"]}, workload size {fp["size"]["name"]}'
         )
-        machines.setdefault(machine, []).append(f'{r["env"]} (torch {fp["torch"]})')
-    for machine, envs in machines.items():
-        out.append(f'- {machine}: ' + ', '.join(envs))
-    loads = [r['load_average'][0] for r in results if r.get('load_average')]
-    if loads:
-        out.append(f'- 1-minute load average during the runs: {min(loads):.2f}–{max(loads):.2f}')
-    return '\n'.join(out) + '\n'
-
-
-def plot(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
-    """Draw throughput per release and leg (grouped bars, one panel per device) to a PNG."""
-    plt = _pyplot()
-    devices = sorted({r['device'] for r in report['results']})
-    if not devices:
-        raise ValueError('compatshim report: no results to plot')
-    fig, axes = plt.subplots(
-        len(devices), 1, figsize=(max(8, 1.1 * len(report['results'])), 4.5 * len(devices)), squeeze=False
-    )
-    width = 0.8 / len(LEGS)
-    for ax, device in zip(axes[:, 0], devices):
-        results = [r for r in report['results'] if r['device'] == device]
-        for i, leg in enumerate(LEGS):
-            xs, ys, errs = [], [], []
-            for x, r in enumerate(results):
-                data = r['legs'].get(leg, {})
-                if data.get('available'):
-                    xs.append(x + (i - (len(LEGS) - 1) / 2) * width)
-                    ys.append(data['samples_per_s']['median'])
-                    errs.append(data['samples_per_s']['iqr'] / 2)
-            ax.bar(xs, ys, width, yerr=errs, label=leg, capsize=2)
-        ax.set_xticks(range(len(results)))
-        ax.set_xticklabels([r['env'].removesuffix(f'-{device}') for r in results], rotation=30, ha='right', fontsize=8)
-        ax.set_ylabel('samples/s (median, IQR bars)')
-        ax.set_title(f'compatshim benchmark throughput on {device}, per Composer release and leg')
-        ax.legend(fontsize=8, ncol=len(LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.28))
-        ax.grid(axis='y', alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        machines.setdefault(machine, []).append(f'{r.result.env} (torch {fp["torch"]}, {r.result.measured_at})')
+    out += [f'- {machine}: ' + ', '.join(envs) for machine, envs in machines.items()] + ['']
+    return '\n'.join(out)
 
 
 def _pyplot() -> Any:
@@ -290,47 +172,70 @@ def _pyplot() -> Any:
     return plt
 
 
-def _label(result: dict[str, Any]) -> str:
-    return str(result['env']).removesuffix(f'-{result["device"]}')
-
-
-def plot_ratios(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
-    """shim / unpatched (and shim microbatch / unpatched) per release, median with IQR bars, over the tolerance band
-    around 1.0 (each env's own tolerance where it was judged, else the floor)."""
-    from compatshim.bench.compare import RATIO_FLOOR
-
+def _bars(judged: list[Judged], path: Path, title: str, ylabel: str, values: Any) -> None:
+    """Grouped bars, one group per env and one bar per leg: ``values(result, leg) -> (value, error) or None``."""
     plt = _pyplot()
-    results = report['results']
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(results)), 4.5))
-    for x, r in enumerate(results):
-        judged = r.get('comparison', {}).get('verdicts', {}).get('shim_vs_unpatched', {})
-        tolerance = judged.get('tolerance') or RATIO_FLOOR
-        ax.fill_between(
-            [x - 0.4, x + 0.4],
-            1 - tolerance,
-            1 + tolerance,
-            color='tab:green',
-            alpha=0.15,
-            label='tolerance band around 1.0' if x == 0 else None,
-        )
-    for offset, metric, name in (
-        (-0.12, 'shim_vs_unpatched', 'shim (batch) / unpatched'),
-        (0.12, 'shim_microbatch_vs_unpatched', 'shim (microbatch) / unpatched'),
-    ):
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
+    width = 0.8 / len(LEGS)
+    for i, name in enumerate(LEGS):
+        xs, ys, errs = [], [], []
+        for x, r in enumerate(judged):
+            found = values(r.result, name)
+            if found is not None:
+                xs.append(x + (i - (len(LEGS) - 1) / 2) * width)
+                ys.append(found[0])
+                errs.append(found[1])
+        ax.bar(xs, ys, width, yerr=errs, label=name, capsize=2)
+    ax.set_xticks(range(len(judged)))
+    ax.set_xticklabels([r.result.env.rsplit('-', 1)[0] for r in judged], rotation=30, ha='right', fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=len(LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.3))
+    ax.grid(axis='y', alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _throughput(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
+    found = result.legs.get(leg)
+    if found is None or not found.samples_per_s:
+        return None
+    q1, median, q3 = quartiles(found.samples_per_s)
+    return median, (q3 - q1) / 2
+
+
+def _bytes(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
+    found = result.recipe.legs.get(leg)
+    return (found.h2d_bytes_per_step / 1024, 0.0) if found is not None and found.available else None
+
+
+def plot_ratios(judged: list[Judged], path: Path) -> None:
+    """The gated ratios per release (median, IQR bars), each over its baseline's band of ± the minimum effect."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
+    for offset, metric in ((-0.12, judging.GATED_RATIOS[0]), (0.12, judging.GATED_RATIOS[1])):
         xs, ys, lo, hi = [], [], [], []
-        for x, r in enumerate(results):
-            data = r['headline'].get(metric, {})
-            if data.get('n'):
-                xs.append(x + offset)
-                ys.append(data['median'])
-                lo.append(data['median'] - data['q1'])
-                hi.append(data['q3'] - data['median'])
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=name)
+        for x, r in enumerate(judged):
+            samples = r.result.ratios.get(metric)
+            if not samples:
+                continue
+            q1, median, q3 = quartiles(samples)
+            xs.append(x + offset)
+            ys.append(median)
+            lo.append(median - q1)
+            hi.append(q3 - median)
+            before = r.baseline.ratios.get(metric) if r.baseline else None
+            if before and r.result.affected:
+                centre = statistics.median(before)
+                band = (centre * (1 - judging.MIN_EFFECT), centre * (1 + judging.MIN_EFFECT))
+                ax.fill_between([x + offset - 0.1, x + offset + 0.1], *band, color='tab:green', alpha=0.15)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=metric)
     ax.axhline(1.0, color='grey', linewidth=0.8)
-    ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([_label(r) for r in results], rotation=30, ha='right', fontsize=8)
+    ax.set_xticks(range(len(judged)))
+    ax.set_xticklabels([r.result.env.rsplit('-', 1)[0] for r in judged], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel('throughput ratio (median, IQR bars)')
-    ax.set_title('shim / unpatched per Composer release (augment workload; above 1: the shim is faster)')
+    ax.set_title(f'Gated same-run ratios per release; green: baseline ± {judging.MIN_EFFECT:.0%}')
     ax.legend(fontsize=8)
     ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
@@ -338,53 +243,26 @@ def plot_ratios(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> N
     plt.close(fig)
 
 
-def plot_bytes(report: dict[str, Any], path: Union[str, os.PathLike[str]]) -> None:
-    """Host→device KiB per step per leg and release, recipe workload (the unpatched leg hatched where it is the
-    ``batch_transforms`` workaround)."""
-    plt = _pyplot()
-    results = [r for r in report['results'] if r.get('recipe')]
-    legs = [leg for leg in LEGS if any(r['recipe']['legs'].get(leg, {}).get('available') for r in results)]
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(results)), 4.5))
-    width = 0.8 / max(1, len(legs))
-    labelled: set[str] = set()
-    for i, leg in enumerate(legs):
-        for x, r in enumerate(results):
-            data = r['recipe']['legs'].get(leg, {})
-            if not data.get('available'):
-                continue
-            workaround = leg == 'unpatched' and data['description'].startswith('batch_transforms')
-            name = 'unpatched: batch_transforms workaround' if workaround else leg
-            ax.bar(
-                x + (i - (len(legs) - 1) / 2) * width,
-                data['h2d_bytes_per_step'] / 2**10,
-                width,
-                color=f'C{i}',
-                hatch='//' if workaround else None,
-                edgecolor='white' if workaround else None,
-                label=None if name in labelled else name,
-            )
-            labelled.add(name)
-    ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([_label(r) for r in results], rotation=30, ha='right', fontsize=8)
-    ax.set_ylabel('host→device KiB per step')
-    ax.set_title('Bytes moved to the device per step (recipe workload)')
-    ax.legend(fontsize=8, ncol=3, loc='upper center', bbox_to_anchor=(0.5, -0.38))
-    ax.grid(axis='y', alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write(results: list[dict[str, Any]], out_dir: Union[str, os.PathLike[str]], png: bool = True) -> dict[str, Any]:
-    """Write ``report.md``, ``report.json`` and (if ``png``) the :data:`CHARTS` into ``out_dir``; return the report."""
+def write(judged: list[Judged], out_dir: PathLike, device: str, png: bool = True) -> Path:
+    """Write ``report.md``, ``report.json`` and (if ``png``) the :data:`CHARTS` of one device into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report = aggregate(results)
-    (out / 'report.md').write_text(markdown(report))
-    (out / 'report.json').write_text(json.dumps(report, indent=1) + '\n')
-    if png and results:
-        plot(report, out / 'throughput.png')
-        plot_ratios(report, out / 'ratios.png')
-        if any(r.get('recipe') for r in results):
-            plot_bytes(report, out / 'bytes.png')
-    return report
+    (out / 'report.md').write_text(markdown(judged, device))
+    data = {
+        'schema': SCHEMA,
+        'device': device,
+        'worst': judging.worst([j for r in judged for j in r.judgements]),
+        'results': [r.to_json() for r in judged],
+    }
+    (out / 'report.json').write_text(json.dumps(data, indent=1) + '\n')
+    if png and judged:
+        plot_ratios(judged, out / 'ratios.png')
+        _bars(judged, out / 'bytes.png', 'Host→device KiB per step (recipe workload)', 'KiB per step', _bytes)
+        _bars(
+            judged,
+            out / 'throughput.png',
+            f'Samples/s per leg on {device} (augment workload)',
+            'samples/s',
+            _throughput,
+        )
+    return out

@@ -1,9 +1,9 @@
 """``compatshim doctor``'s child process: the self-check runs there, so the calling process never changes.
 
-These hold the calling process's shim state (enabled or not, stage, ``allow_untested``, family, the patched attributes
-themselves) to be exactly the same before and after ``doctor.run()``. The self-check itself (where the probe sees its
-batches, per release) is tested in-process in every release env (``tests/release/test_doctor_check.py``), and the
-exit-code rules on recorded findings in ``tests/unit/test_doctor_rules.py``; here is what needs the child: once per
+These hold the calling process's shim state (enabled or not, stage, ``allow_untested``, family, the patched
+attributes themselves) to be exactly the same before and after ``doctor.diagnose()``. The self-check (where the probe
+sees its batches, per release) is tested in-process in every release env (``tests/release/test_doctor_check.py``), and
+the exit-code rules on recorded findings in ``tests/unit/test_doctor_rules.py``; here is what needs the child: once per
 family from an enabled process, and once each for an untested release and an agent that hides a method.
 """
 
@@ -41,7 +41,7 @@ def _state() -> tuple[Any, ...]:
 def test_doctor_leaves_an_enabled_process_exactly_as_it_was() -> None:
     compatshim.enable(stage='batch')
     before = _state()
-    report = doctor.run(DEVICE)
+    report = doctor.diagnose(DEVICE)
     assert _state() == before, 'doctor changed the calling process'
     assert report['exit_code'] == doctor.EXIT_OK, report['summary']
     assert report['stage'] == 'batch'
@@ -56,19 +56,19 @@ def test_doctor_leaves_an_enabled_process_exactly_as_it_was() -> None:
 
 @pytest.mark.runs_in('family:rejected')
 def test_dev_build_enabled_with_allow_untested_stays_patched(dev_build: str) -> None:
-    """The reported repro: after enable(allow_untested=True) on a dev build, doctor.run() unpatched the process.
+    """The reported repro: after enable(allow_untested=True) on a dev build, doctor.diagnose() unpatched the process.
     Without the opt-in the doctor cannot tell (exit 2, no child); with it, the child checks the release too."""
     with pytest.warns(compatshim.UnsupportedComposerWarning):
         assert compatshim.status().verdict is compatshim.Verdict.UNSUPPORTED
         compatshim.enable()  # without the opt-in: warning, nothing patched
     assert compatshim.status().patches == ()
-    report = doctor.run(DEVICE)
+    report = doctor.diagnose(DEVICE)
     assert report['exit_code'] == doctor.EXIT_UNKNOWN and '--allow-untested' in report['summary']
     assert report['self_check'] is None
     compatshim.enable(allow_untested=True)
     before = _state()
     assert before[0].verdict is compatshim.Verdict.PATCHED and before[0].allow_untested
-    report = doctor.run(DEVICE)
+    report = doctor.diagnose(DEVICE)
     assert _state() == before, 'doctor changed the calling process'
     assert report['exit_code'] == doctor.EXIT_OK and report['allow_untested'] is True, report['summary']
     assert report['composer'] == dev_build and report['self_check']['with_shim']['train'] == 'device'
@@ -92,7 +92,7 @@ def test_affected_and_not_fixed_has_its_own_exit_code(tmp_path: Path, monkeypatc
     (agent / 'sitecustomize.py').write_text(HIDING_AGENT)
     # Installed the way agents are (ddtrace-run, opentelemetry-instrument): first on PYTHONPATH, for every process.
     monkeypatch.setenv('PYTHONPATH', os.pathsep.join(filter(None, [str(agent), os.environ.get('PYTHONPATH')])))
-    report = doctor.run(DEVICE)
+    report = doctor.diagnose(DEVICE)
     assert report['exit_code'] == doctor.EXIT_NOT_FIXED, report['summary']
     assert 'did NOT fix it' in report['summary'] and 'hidden_train_loop, a wrapper that hides' in report['summary']
     assert compatshim.status().patches == ()

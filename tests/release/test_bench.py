@@ -1,99 +1,97 @@
-"""The benchmark on this release: one real tiny run, and what it measured (legs, placement, coherence, bytes).
+"""The benchmark on this release, end to end: one real tiny run through ``compatshim bench``, what it measured (legs,
+placement, coherence, bytes, what plain ``device_transforms`` does here), and ``compatshim report`` on it.
 
-Runs once per family (it times real Trainers; the comparison rule and the report are tested on recorded samples in
-``tests/unit``). Nothing here asserts on wall time.
+Once per family: it times real Trainers (the rule and the report are tested on recorded samples in ``tests/unit``).
+Nothing here asserts on wall time, and no test depends on two timed runs agreeing.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
-from compatshim.bench import LEGS, overhead, run
+from compatshim import _cli
+from compatshim.bench import LEGS, overhead
+from compatshim.bench.results import BenchResult
 
 pytestmark = [pytest.mark.filterwarnings('ignore::UserWarning'), pytest.mark.runs_in('family')]
 
-
-@pytest.fixture(scope='module')
-def result() -> dict[str, Any]:
-    """One real tiny bench run on this release (cpu), shared by the module."""
-    return run.run('cpu', 'tiny')
-
-
-def test_legs_placement_and_coherence(result: dict[str, Any]) -> None:
-    legs = result['legs']
-    assert list(legs) == list(LEGS)
-    assert result['composer'] == COMPOSER
-    # Without the shim: on the device only up to 0.24.1; the host (as the transform or the workaround) after.
-    assert legs['unpatched']['placement'] == ('host' if IS_AFFECTED else 'device')
-    assert legs['unpatched']['coherence'] == 'coherent'
-    assert legs['shim-batch']['placement'] == 'device'
-    assert legs['shim-batch']['coherence'] == 'coherent' and legs['shim-batch']['calls_per_step'] == 1
-    assert legs['shim-microbatch']['available'] is IS_AFFECTED
-    if IS_AFFECTED:
-        assert legs['shim-microbatch']['placement'] == 'device'
-        assert legs['shim-microbatch']['calls_per_step'] == 2  # tiny: batch 8, microbatch 4
-    native = FAMILY in ('dropped', 'rejected')
-    assert legs['native-microbatch']['available'] is native
-    if native:
-        assert legs['native-microbatch']['placement'] == 'device'
-    assert legs['no-transform']['calls_per_step'] == 0
-    # The whole batch crosses once per step (8 images of 3x16x16 fp32 + labels; Composer moves a few scalars too).
-    batch_bytes = 8 * 3 * 16 * 16 * 4 + 8 * 10 * 4
-    for leg in ('unpatched', 'shim-batch', 'no-transform'):
-        assert batch_bytes <= legs[leg]['h2d_bytes_per_step'] < batch_bytes + 1024, leg
-
-
-def test_windows_and_headline_shapes(result: dict[str, Any]) -> None:
-    size = result['fingerprint']['size']
-    for data in result['legs'].values():
-        if data['available']:
-            assert len(data['window_s']) == size['windows'] and all(s > 0 for s in data['window_s'])
-            assert data['timed_calls_per_step'] == data['calls_per_step']
-    head = result['headline']
-    assert head['shim_vs_unpatched']['n'] == size['windows']
-    assert head['shim_microbatch_vs_unpatched']['n'] == (size['windows'] if IS_AFFECTED else 0)
-    hook = result['hook_overhead_us']
-    assert hook['available'] is IS_AFFECTED
-    if IS_AFFECTED:
-        for stage in ('batch', 'microbatch'):
-            assert hook[stage]['n'] == overhead.SAMPLES == len(hook[stage]['samples'])
-    json.dumps(result)  # serialisable as is
-
-
-#: What plain ``device_transforms`` does without the shim, per family (measured by the bench in words).
+#: What plain ``device_transforms`` does without the shim, per family (the bench says it in words).
 PLAIN_OUTCOME = {None: 'device', 'host': 'host', 'dropped': 'fails', 'rejected': 'rejected'}
 
 
-def test_recipe_bytes_and_what_plain_device_transforms_does(result: dict[str, Any]) -> None:
-    """uint8 crosses with the shim; float32 (4x the bytes) without it; 0.27+ say in words why there is no plain leg."""
-    recipe = result['recipe']
-    plain = recipe['plain_device_transforms']
-    assert plain['outcome'] == PLAIN_OUTCOME[FAMILY], plain
-    if FAMILY == 'dropped':
-        assert 'silently dropped' in plain['words'] and 'never ran' in plain['words'] and 'uint8' in plain['words']
-    if FAMILY == 'rejected':
-        assert 'TypeError' in plain['words']
-    legs = recipe['legs']
-    assert 'no-transform' in legs and not legs['no-transform']['available']
-    pixels = 8 * 3 * 16 * 16  # tiny: batch 8 of 3x16x16
-    shim = legs['shim-batch']
-    assert shim['placement'] == 'device' and shim['coherence'] == 'coherent'
-    assert shim['h2d_bytes_by_dtype']['uint8'] == pixels
-    assert shim['h2d_bytes_by_dtype'].get('float32', 0) < 64  # Composer moves a few float scalars
-    unpatched = legs['unpatched']
+@pytest.fixture(scope='module')
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[BenchResult, Path]:
+    """One real tiny bench run on this release (cpu), through the command line, shared by the module."""
+    out = tmp_path_factory.mktemp('bench') / 'results' / 'result.json'
+    assert _cli.main(['bench', '--size', 'tiny', '--out', str(out)]) == 0
+    return BenchResult.from_json(json.loads(out.read_text())), out
+
+
+def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> None:
+    result, _ = measured
+    legs = result.legs
+    assert list(legs) == list(LEGS) and result.composer == COMPOSER
+    # Without the shim: on the device only up to 0.24.1; the host (as the transform or the workaround) after.
+    assert legs['unpatched'].placement == ('host' if IS_AFFECTED else 'device')
+    assert legs['shim-batch'].placement == 'device'
+    assert legs['shim-batch'].coherence == 'coherent' and legs['shim-batch'].calls_per_step == 1
+    assert legs['shim-microbatch'].available is IS_AFFECTED
+    native = FAMILY is not None and FAMILY.value in ('dropped', 'rejected')
+    assert legs['native-microbatch'].available is native
     if IS_AFFECTED:
-        assert unpatched['placement'] == 'host'
-        assert unpatched['h2d_bytes_by_dtype']['float32'] >= 4 * pixels
-        assert 0.24 < recipe['bytes_shim_vs_unpatched'] < 0.27
-        if FAMILY in ('dropped', 'rejected'):
-            assert unpatched['description'].startswith('batch_transforms'), 'the workaround, labelled as such'
-        assert legs['shim-microbatch']['placement'] == 'device'
+        assert legs['shim-microbatch'].placement == 'device' and legs['shim-microbatch'].calls_per_step == 2
+    # The whole batch crosses once per step (8 images of 3x16x16 fp32 + labels; Composer moves a few scalars too).
+    batch_bytes = 8 * 3 * 16 * 16 * 4 + 8 * 10 * 4
+    for name in ('unpatched', 'shim-batch'):
+        assert batch_bytes <= legs[name].h2d_bytes_per_step < batch_bytes + 1024, name
+
+
+def test_rounds_ratios_and_hook_overhead(measured: tuple[BenchResult, Path]) -> None:
+    result, _ = measured
+    rounds = result.fingerprint['size']['rounds']
+    for leg in result.legs.values():
+        assert len(leg.samples_per_s) == (rounds if leg.available else 0)
+    assert len(result.ratios['shim-batch/unpatched']) == rounds
+    assert ('shim-microbatch/native-microbatch' in result.ratios) is result.legs['native-microbatch'].available
+    assert set(result.hook_overhead_us) == ({'batch', 'microbatch'} if IS_AFFECTED else set())
+    assert all(len(samples) == overhead.SAMPLES for samples in result.hook_overhead_us.values())
+    assert result.patched_by_enable == [] or IS_AFFECTED
+
+
+def test_recipe_bytes_and_what_plain_device_transforms_does(measured: tuple[BenchResult, Path]) -> None:
+    """uint8 crosses with the shim; float32 (4x the bytes) without it; 0.27+ say in words why there is no plain leg."""
+    recipe = measured[0].recipe
+    assert recipe.plain['outcome'] == PLAIN_OUTCOME[FAMILY.value if FAMILY else None], recipe.plain
+    if FAMILY is not None and FAMILY.value == 'dropped':
+        assert 'silently dropped' in recipe.plain['words'] and 'never ran' in recipe.plain['words']
+    pixels = 8 * 3 * 16 * 16  # tiny: batch 8 of 3x16x16
+    shim, unpatched = recipe.legs['shim-batch'], recipe.legs['unpatched']
+    assert shim.placement == 'device' and shim.coherence == 'coherent'
+    assert shim.h2d_bytes_by_dtype['uint8'] == pixels and shim.h2d_bytes_by_dtype.get('float32', 0) < 64
+    if IS_AFFECTED:
+        assert unpatched.placement == 'host' and unpatched.h2d_bytes_by_dtype['float32'] >= 4 * pixels
+        assert 0.24 < (recipe.bytes_shim_vs_unpatched or 0) < 0.27
     else:
-        assert unpatched['placement'] == 'device' and recipe['bytes_shim_vs_unpatched'] == 1.0
+        assert unpatched.placement == 'device' and recipe.bytes_shim_vs_unpatched == 1.0
+
+
+def test_report_on_the_real_run(measured: tuple[BenchResult, Path], tmp_path: Path, capsys: Any) -> None:
+    """The run, judged without a baseline (nothing to compare: inconclusive, never a regression) and rendered."""
+    result, path = measured
+    baselines = tmp_path / 'baselines'
+    baselines.mkdir()
+    args = ['report', '--results', str(path.parent), '--baselines', str(baselines), '--out', str(tmp_path / 'out')]
+    assert _cli.main(args) == 0
+    md = (tmp_path / 'out' / 'cpu' / 'report.md').read_text()
+    assert result.env in md and '| shim-batch | device | coherent |' in md and result.recipe.plain['words'] in md
+    for chart in ('ratios.png', 'bytes.png', 'throughput.png'):
+        assert (tmp_path / 'out' / 'cpu' / chart).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', chart
+    assert f'{result.env}: ' in capsys.readouterr().out
 
 
 def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
@@ -105,10 +103,12 @@ def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
     assert (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__']) == before
 
 
-def test_bad_input_is_refused_clearly() -> None:
+def test_bad_input_is_refused_clearly(capsys: Any) -> None:
+    from compatshim.bench import measure
+
     with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, cpu, gpu"):
-        run.run('cpu', 'huge')
+        measure.measure('cpu', 'huge')
     with pytest.raises(ValueError, match='plant_slowdown must be between 0 and 10'):
-        run.run('cpu', 'tiny', plant_slowdown=-1)
-    with pytest.raises(ValueError, match='plant_hook_us must be between 0 and 100000'):
-        run.run('cpu', 'tiny', plant_hook_us=-5)
+        measure.measure('cpu', 'tiny', plant_slowdown=-1)
+    assert _cli.main(['bench', '--plant-hook-us', '-5']) == 2
+    assert 'plant_hook_us must be between 0 and 100000' in capsys.readouterr().err

@@ -38,13 +38,29 @@ def test_tox_env_list_is_the_table_on_cpu() -> None:
     assert all(e in envs for e in TOOLING_ENVS)
 
 
-@pytest.mark.parametrize('device', ['cuda', 'mps'])
-def test_tox_device_labels_cover_the_table(device: str) -> None:
+def _labels() -> dict[str, list[str]]:
     labels = {}
     for line in _tox()['tox']['labels'].strip().splitlines():
         name, _, value = line.partition('=')
         labels[name.strip()] = [e for part in value.split(', ') for e in _expand(part.strip())]
-    assert labels[device] == [f'{row.env}-{device}' for row in TESTED_RELEASES]
+    return labels
+
+
+@pytest.mark.parametrize('device', ['cuda', 'mps'])
+def test_tox_device_labels_cover_the_table(device: str) -> None:
+    assert _labels()[device] == [f'{row.env}-{device}' for row in TESTED_RELEASES]
+
+
+#: The benchmark runs on the default Python: one bench env per row of it, per device.
+BENCHED = [row for row in TESTED_RELEASES if row.python == DEFAULT_PYTHON]
+
+
+@pytest.mark.parametrize(('label', 'device'), [('report', 'cpu'), ('report-cuda', 'cuda'), ('report-mps', 'mps')])
+def test_report_labels_bench_every_release_then_judge(label: str, device: str) -> None:
+    """`tox -m report` benches every row (default Python) on the device, then runs the report env after them all."""
+    assert _labels()[label] == [f'bench-{row.env}-{device}' for row in BENCHED] + ['report']
+    depends = [e for line in _tox()['testenv:report']['depends'].split() for e in _expand(line)]
+    assert {f'bench-{row.env}-{device}' for row in BENCHED} <= set(depends)
 
 
 @pytest.mark.parametrize('row', TESTED_RELEASES, ids=lambda r: r.env)

@@ -1,0 +1,410 @@
+"""Measure one release: where each leg's transform runs, what crosses to the device, and how fast — one process.
+
+Legs (:data:`~compatshim.bench.LEGS`) are real Composer Trainers on the same workload, differing only in how the
+transform is passed and whether the shim is on. Two workloads (:mod:`~compatshim.bench.workload`): ``augment`` is
+timed; ``recipe`` (uint8 images) shows what crosses to the device. Placement, coherence and bytes come from two
+untimed steps per leg on an *observable* device (the CPU fake accelerator on cpu, the real device on cuda/mps). Then
+the augment legs take turns, in a shuffled order each round (seeded), after one warm-up round; a window is one
+``fit(duration='1ep')``, synchronised at its edges only. Same-run ratios pair the windows of one round, so a machine
+that slows down slows both legs of a ratio. Last, :mod:`~compatshim.bench.overhead` times the shim's own hook path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+import os
+import platform
+import random
+import sys
+import time
+from typing import Any, Callable, Optional, TextIO
+
+import torch
+
+import compatshim
+from compatshim._api import _installed
+from compatshim._support import TESTED_RELEASES, Family, family_of
+from compatshim.bench import overhead
+from compatshim.bench.results import BenchResult, LegResult, Recipe, now
+from compatshim.bench.workload import SIZES, WORKLOADS, Size, Workload
+
+__all__ = ['LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
+
+#: Ratios of two legs' per-round throughput (higher: the first leg is faster). The first two are gated (both legs do
+#: the same work); ``shim-microbatch/unpatched`` (two half-batch transform calls against one) is reported.
+RATIOS = (('shim-batch', 'unpatched'), ('shim-microbatch', 'native-microbatch'), ('shim-microbatch', 'unpatched'))
+
+
+@dataclasses.dataclass(frozen=True)
+class LegPlan:
+    """How one leg passes the transform: ``dataspec(fn)`` gives the ``DataSpec`` keywords; ``shim``: enabled."""
+
+    name: str
+    description: str
+    available: bool
+    reason: str = ''
+    shim: bool = False
+    dataspec: Callable[[Any], dict[str, Any]] = dataclasses.field(default=lambda fn: {}, repr=False)
+
+
+def plan(composer_version: str) -> list[LegPlan]:
+    """The legs on a Composer release, in :data:`~compatshim.bench.LEGS` order."""
+    family = family_of(composer_version)
+    affected = family is not None
+    native = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
+    if native:  # plain device_transforms is dropped or rejected here: the unpatched leg is the workaround
+        unpatched = LegPlan('unpatched', 'batch_transforms=fn, the workaround without the shim (host)', True)
+        unpatched = dataclasses.replace(unpatched, dataspec=lambda fn: {'batch_transforms': fn})
+    else:
+        where = 'host' if affected else 'device'
+        unpatched = LegPlan('unpatched', f'device_transforms=fn, no shim ({where})', True)
+        unpatched = dataclasses.replace(unpatched, dataspec=lambda fn: {'device_transforms': fn})
+
+    def shim_leg(stage: str) -> LegPlan:
+        extra = {'data_transfer_stage': stage} if affected else {}
+        reason = '' if affected or stage == 'batch' else 'unaffected release: the shim patches nothing, no stage'
+        return LegPlan(
+            f'shim-{stage}',
+            f'device_transforms=fn, enable(stage="{stage}")',
+            affected or stage == 'batch',
+            reason,
+            shim=True,
+            dataspec=lambda fn: {'device_transforms': fn, **extra},
+        )
+
+    return [
+        unpatched,
+        shim_leg('batch'),
+        shim_leg('microbatch'),
+        LegPlan(
+            'native-microbatch',
+            'microbatch_transforms=fn, no shim (0.27+)',
+            native,
+            '' if native else 'microbatch_transforms exists from Composer 0.27.0',
+            dataspec=lambda fn: {'microbatch_transforms': fn},
+        ),
+    ]
+
+
+def env_name(device: str) -> str:
+    """The matrix env this process is: the support-table row of the installed Composer/torch/Python, plus the device."""
+    composer, torch_version = _installed('mosaicml') or '?', torch.__version__.split('+')[0]
+    python = f'{sys.version_info.major}.{sys.version_info.minor}'
+    for row in TESTED_RELEASES:
+        if (row.composer, row.torch, row.python) == (composer, torch_version, python):
+            return f'{row.env}-{device}'
+    return f'composer{composer}-torch{torch_version}-{device}'
+
+
+def _cpu_model() -> str:
+    try:
+        with open('/proc/cpuinfo') as info:
+            for line in info:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: str, size_name: str, size: Size) -> dict[str, Any]:
+    """The machine and software a result was measured on (:data:`~compatshim.bench.judge.MATCH_KEYS` must match for
+    microseconds to compare)."""
+    gpu = (
+        torch.cuda.get_device_name()
+        if device == 'cuda'
+        else f'Apple MPS ({platform.machine()})'
+        if device == 'mps'
+        else None
+    )
+    return {
+        'cpu_model': _cpu_model(),
+        'cpu_count': os.cpu_count(),
+        'torch_threads': torch.get_num_threads(),
+        'gpu': gpu,
+        'device': device,
+        'python': platform.python_version(),
+        'torch': torch.__version__,
+        'composer': _installed('mosaicml'),
+        'compatshim': compatshim.__version__,
+        'size': {'name': size_name, **dataclasses.asdict(size)},
+    }
+
+
+def _composer_device(device: str) -> Any:
+    """Composer's own Device for ``device`` (plain ``DeviceCPU`` on cpu: what the timed legs run on)."""
+    from composer.devices import DeviceCPU, DeviceGPU, DeviceMPS
+
+    return {'cpu': DeviceCPU, 'cuda': DeviceGPU, 'mps': DeviceMPS}[device]()
+
+
+def _pin_allocator() -> str:
+    """Fix glibc's malloc thresholds for this process; say what was done (recorded in the fingerprint).
+
+    glibc raises its mmap threshold as a process frees large blocks, and trims the heap top when enough is free, so the
+    same code allocates a 1.5 MiB image batch from the heap in one window and page-faults a fresh mapping in the next:
+    the whole-batch legs ran at ~1,850 or ~2,300 samples/s from window to window (Composer 0.29+ envs, 2-core
+    machine), their ratio spread 7-13%. With both thresholds fixed every leg runs at one speed (spread ~1%).
+    """
+    if not sys.platform.startswith('linux'):
+        return 'default'
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return 'default'
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
+    if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
+        return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
+    return 'default'
+
+
+def _synchronize(device: str) -> None:
+    if device == 'cuda':
+        torch.cuda.synchronize()
+    elif device == 'mps':
+        torch.mps.synchronize()
+
+
+class _Planted:
+    """The transform, made ``fraction`` slower (sleeps that share of each call's time): a planted regression."""
+
+    def __init__(self, fn: Any, fraction: float, device: str) -> None:
+        self.fn, self.fraction, self.device = fn, fraction, device
+
+    def __call__(self, batch: Any) -> Any:
+        start = time.perf_counter()
+        out = self.fn(batch)
+        _synchronize(self.device)
+        time.sleep(self.fraction * (time.perf_counter() - start))
+        return out
+
+
+def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload) -> Any:
+    """A Trainer for ``leg``, built with the shim in the leg's state (DataSpecs convert when they are built)."""
+    from composer import Trainer
+    from composer.core import DataSpec
+    from composer.optim import DecoupledSGDW
+
+    (compatshim.enable if leg.shim else compatshim.disable)()
+    model = workload.model()
+    return Trainer(
+        model=model,
+        train_dataloader=DataSpec(workload.loader(size), **leg.dataspec(fn)),
+        optimizers=DecoupledSGDW(model.parameters(), lr=0.01),
+        device=device,
+        device_train_microbatch_size=size.microbatch,
+        precision='fp32',
+        seed=17,
+        progress_bar=False,
+        log_to_console=False,
+    )
+
+
+def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
+    """An observable device that counts the bytes, per dtype, of the host tensors it moves."""
+    from compatshim.testing import is_on_device, observable_device
+
+    dev = observable_device(device)
+    moved: dict[str, int] = {}
+    to_device = dev.tensor_to_device
+
+    def counting(tensor: torch.Tensor) -> torch.Tensor:
+        if not is_on_device(tensor):
+            name = str(tensor.dtype).replace('torch.', '')
+            moved[name] = moved.get(name, 0) + tensor.nbytes
+        out: torch.Tensor = to_device(tensor)
+        return out
+
+    dev.tensor_to_device = counting  # instance attribute: this trainer's device only
+    return dev, moved
+
+
+def _check(leg: LegPlan, device: str, size: Size, workload: Workload) -> LegResult:
+    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
+    from compatshim.testing import PlacementProbe  # imports Composer: only when measuring
+
+    if not leg.available:
+        return LegResult(leg.description, available=False, reason=leg.reason)
+    dev, moved = _counting_device(device)
+    probe = PlacementProbe(workload.transform(size))
+    trainer = _trainer(leg, dev, size, probe, workload)
+    try:
+        trainer.fit(duration='2ba')
+    finally:
+        compatshim.disable()
+        trainer.close()
+    calls, seen = len(probe.seen) / 2, sorted(set(probe.seen))
+    placement = 'never called' if not seen else seen[0] if len(seen) == 1 else 'mixed'
+    coherence = 'coherent' if calls == 1 else f'per microbatch ({calls:g} calls/step)' if calls else 'never called'
+    per_dtype = {name: n // 2 for name, n in sorted(moved.items(), key=lambda kv: -kv[1]) if n}
+    return LegResult(leg.description, True, '', placement, coherence, calls, sum(per_dtype.values()), per_dtype)
+
+
+def _first_line(exc: BaseException) -> str:
+    line = (str(exc).strip().splitlines() or [''])[0]
+    return line if len(line) <= 160 else line[:157] + '...'
+
+
+def _plain(device: str, size: Size, workload: Workload) -> dict[str, str]:
+    """What plain ``DataSpec(device_transforms=fn)`` does on this release without the shim, in words (2 steps)."""
+    from compatshim.testing import PlacementProbe
+
+    dev, moved = _counting_device(device)
+    probe = PlacementProbe(workload.transform(size))
+    leg = LegPlan('plain', 'device_transforms=fn, no shim', True, dataspec=lambda fn: {'device_transforms': fn})
+    try:
+        trainer = _trainer(leg, dev, size, probe, workload)
+    except TypeError as exc:
+        return {
+            'outcome': 'rejected',
+            'words': f'rejected: DataSpec(device_transforms=...) raises TypeError ({_first_line(exc)})',
+        }
+    try:
+        trainer.fit(duration='2ba')
+    except Exception as exc:  # noqa: BLE001 (whatever the user's run dies of is the finding)
+        main = max(moved, key=lambda name: moved[name]) if moved else 'nothing'
+        ran = 'the transform ran' if probe.seen else 'the transform never ran'
+        words = f'silently dropped: {ran}, the model got the raw {main} batch and training fails'
+        return {'outcome': 'fails', 'words': f'{words} ({type(exc).__name__}: {_first_line(exc)})'}
+    finally:
+        trainer.close()
+    main, per_step = max(moved, key=lambda name: moved[name]), sum(moved.values()) // 2
+    if sorted(set(probe.seen)) == ['device']:
+        return {
+            'outcome': 'device',
+            'words': f'runs on the device, after the move: {main} images cross ({per_step} bytes/step)',
+        }
+    words = f'runs on the host, before the move: the transformed {main} images cross ({per_step} bytes/step)'
+    return {'outcome': 'host', 'words': words}
+
+
+def _time(
+    legs: list[LegPlan], trainers: dict[str, Any], device: str, rounds: int, say: Callable[[str], None]
+) -> dict[str, list[float]]:
+    """The interleaved timing loop: seconds per window, per leg (one warm-up round first, not kept)."""
+    seconds: dict[str, list[float]] = {leg.name: [] for leg in legs}
+    # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
+    # shim hold DataSpecs built while it was off, i.e. Composer's own objects.
+    compatshim.enable()
+    try:
+        for round_ in range(rounds + 1):  # round 0 is the warm-up
+            for leg in random.Random(round_).sample(legs, len(legs)):
+                gc.collect()
+                gc.disable()  # as timeit does: no collector pauses inside a window
+                try:
+                    _synchronize(device)
+                    start = time.perf_counter()
+                    trainers[leg.name].fit(duration='1ep')
+                    _synchronize(device)
+                    elapsed = time.perf_counter() - start
+                finally:
+                    gc.enable()
+                if round_:
+                    seconds[leg.name].append(elapsed)
+            say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
+    finally:
+        compatshim.disable()
+        for trainer in trainers.values():
+            trainer.close()
+    return seconds
+
+
+def measure(
+    device: str = 'cpu',
+    size_name: str = 'cpu',
+    *,
+    plant_slowdown: float = 0.0,
+    plant_hook_us: float = 0.0,
+    progress: Optional[TextIO] = None,
+) -> BenchResult:
+    """Measure every leg of this release (README, "Benchmarks").
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``mps``.
+        size_name: A key of :data:`~compatshim.bench.workload.SIZES`.
+        plant_slowdown: Make the transform this fraction slower in the shim legs (a planted regression). 0 to measure.
+        plant_hook_us: Make every call of the shim's hooks this many µs slower (a planted regression). 0 to measure.
+        progress: Where to print progress lines (``None``: silent).
+    """
+    if size_name not in SIZES:
+        raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZES)}')
+    if device not in ('cpu', 'cuda', 'mps'):
+        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of cpu, cuda, mps')
+    if device == 'cuda' and not torch.cuda.is_available():
+        raise RuntimeError('compatshim bench: --device cuda, but torch sees no CUDA device')
+    if device == 'mps' and not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
+        raise RuntimeError('compatshim bench: --device mps, but torch sees no MPS device')
+    if not 0.0 <= plant_slowdown <= 10.0:
+        raise ValueError(f'compatshim bench: plant_slowdown must be between 0 and 10, got {plant_slowdown}')
+    if not 0.0 <= plant_hook_us <= 100_000:
+        raise ValueError(f'compatshim bench: plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
+    composer = _installed('mosaicml')
+    if composer is None:
+        raise compatshim.ComposerNotInstalledError('compatshim bench needs Composer (pip install mosaicml)')
+    if compatshim.status().patches:
+        raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
+    size, env, started = SIZES[size_name], env_name(device), time.perf_counter()
+    allocator = _pin_allocator()
+
+    def say(message: str) -> None:
+        if progress is not None:
+            print(f'{env}: {message} ({time.perf_counter() - started:.0f} s)', file=progress, flush=True)
+
+    legs = plan(composer)
+    augment, recipe = WORKLOADS['augment'], WORKLOADS['recipe']
+    compatshim.enable()
+    patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
+    compatshim.disable()
+    try:
+        with overhead.planted_hook_delay(plant_hook_us):
+            checked = {leg.name: _check(leg, device, size, augment) for leg in legs}
+            recipe_legs = {leg.name: _check(leg, device, size, recipe) for leg in legs}
+            plain = _plain(device, size, recipe)
+            say('placement and bytes checked')
+            timed = [leg for leg in legs if leg.available]
+            fns = {leg.name: augment.transform(size) for leg in timed}
+            if plant_slowdown:
+                fns.update({n: _Planted(fn, plant_slowdown, device) for n, fn in fns.items() if n.startswith('shim')})
+            trainers = {
+                leg.name: _trainer(leg, _composer_device(device), size, fns[leg.name], augment) for leg in timed
+            }
+            seconds = _time(timed, trainers, device, size.rounds, say)
+            hook = (
+                {}
+                if family_of(composer) is None
+                else {
+                    stage: overhead.hook_overhead_us(_composer_device(device), lambda: _synchronize(device), stage)
+                    for stage in ('batch', 'microbatch')
+                }
+            )
+            say('hook overhead measured')
+    finally:
+        compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
+    samples = size.batch * size.steps
+    for name, values in seconds.items():
+        checked[name].samples_per_s = [samples / s for s in values]
+    ratios = {
+        f'{a}/{b}': [tb / ta for ta, tb in zip(seconds[a], seconds[b])]
+        for a, b in RATIOS
+        if a in seconds and b in seconds
+    }
+    return BenchResult(
+        env=env,
+        composer=composer,
+        torch=torch.__version__,
+        device=device,
+        family=getattr(family_of(composer), 'value', 'unaffected'),
+        fingerprint={**fingerprint(device, size_name, size), 'allocator': allocator},
+        measured_at=now(),
+        legs=checked,
+        ratios=ratios,
+        recipe=Recipe(recipe_legs, plain),
+        hook_overhead_us=hook,
+        patched_by_enable=patched,
+        load_average=list(os.getloadavg()) if hasattr(os, 'getloadavg') else None,
+        planted_slowdown=plant_slowdown,
+        planted_hook_us=plant_hook_us,
+        elapsed_s=time.perf_counter() - started,
+    )

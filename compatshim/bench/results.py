@@ -1,0 +1,187 @@
+"""What a bench run measured, typed, and where it is stored: results, baselines, and the directories that gather them.
+
+A :class:`BenchResult` is one env's run (``compatshim bench --out``): per leg what ran where and how fast, the
+same-run ratios, the recipe workload's bytes, the hook overhead. It is stored as JSON, the raw samples included, so
+that any later rule can judge it again. Imports nothing heavy (no torch), so results are read and judged anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Optional, Union
+
+__all__ = [
+    'SCHEMA',
+    'BaselineExistsError',
+    'BenchResult',
+    'LegResult',
+    'Recipe',
+    'baseline_path',
+    'gather',
+    'load_baseline',
+    'quartiles',
+    'record_baseline',
+]
+
+#: The result format; a result of another schema is refused with a message (re-measure it).
+SCHEMA = 3
+PathLike = Union[str, 'os.PathLike[str]']
+
+
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of a non-empty sample (inclusive method)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
+    return q1, statistics.median(samples), q3
+
+
+@dataclasses.dataclass
+class LegResult:
+    """One leg of a workload: how the transform was passed, where it ran, what crossed to the device, how fast.
+
+    ``samples_per_s`` holds one value per timed window (empty for an untimed leg: the recipe workload's).
+    """
+
+    description: str
+    available: bool = True
+    reason: str = ''  # why the leg is not available on this release
+    placement: str = ''  # 'device', 'host', 'mixed' or 'never called', from two untimed steps on an observable device
+    coherence: str = ''  # 'coherent' (one call per step) or 'per microbatch (N calls/step)'
+    calls_per_step: float = 0.0
+    h2d_bytes_per_step: int = 0
+    h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
+    samples_per_s: list[float] = dataclasses.field(default_factory=list)
+    peak_device_bytes: Optional[int] = None  # cuda only
+
+
+@dataclasses.dataclass
+class Recipe:
+    """The recipe workload (uint8 images): what crosses per leg, and what plain ``device_transforms`` does here."""
+
+    legs: dict[str, LegResult]
+    #: Plain ``DataSpec(device_transforms=fn)`` without the shim: ``{'outcome': device|host|fails|rejected, 'words'}``.
+    plain: dict[str, str]
+
+    @property
+    def bytes_shim_vs_unpatched(self) -> Optional[float]:
+        shim, unpatched = self.legs['shim-batch'].h2d_bytes_per_step, self.legs['unpatched'].h2d_bytes_per_step
+        return shim / unpatched if unpatched else None
+
+
+@dataclasses.dataclass
+class BenchResult:
+    """One env's bench run (see the README, "Benchmarks")."""
+
+    env: str  # the matrix env, e.g. composer0.28.0-cpu
+    composer: str
+    torch: str
+    device: str
+    family: str  # 'host', 'dropped', 'rejected' or 'unaffected'
+    fingerprint: dict[str, Any]  # what must match for microseconds and absolute numbers to compare
+    measured_at: str
+    legs: dict[str, LegResult]  # the augment workload, timed
+    #: Per-round ratios of two legs' throughput, from the same rounds: ``'shim-batch/unpatched'`` and the like.
+    ratios: dict[str, list[float]]
+    recipe: Recipe
+    #: µs per batch of the shim's own hook path beyond the direct path, per stage (empty: nothing patched here).
+    hook_overhead_us: dict[str, list[float]]
+    patched_by_enable: list[str]  # what enable() patched here (nothing, on an unaffected release)
+    load_average: Optional[list[float]] = None
+    planted_slowdown: float = 0.0
+    planted_hook_us: float = 0.0
+    elapsed_s: float = 0.0
+    schema: int = SCHEMA
+
+    @property
+    def affected(self) -> bool:
+        return self.family != 'unaffected'
+
+    @property
+    def planted(self) -> bool:
+        return bool(self.planted_slowdown or self.planted_hook_us)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchResult:
+        """Read a stored result; a result of another schema is refused, naming it."""
+        if not isinstance(data, dict) or data.get('schema') != SCHEMA:
+            found = data.get('schema') if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f'a bench result of schema {found!r}, expected {SCHEMA}: measure it again')
+        fields = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in fields}
+        legs = {name: LegResult(**leg) for name, leg in data.pop('legs').items()}
+        recipe = data.pop('recipe')
+        recipe = Recipe({name: LegResult(**leg) for name, leg in recipe['legs'].items()}, recipe['plain'])
+        return cls(legs=legs, recipe=recipe, **data)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+
+
+def gather(paths: Iterable[PathLike]) -> list[tuple[BenchResult, dict[str, Any]]]:
+    """Every result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives the
+    results it holds), each with the judgement recorded beside it (``{}`` for a bench result). Sorted by device,
+    Composer release, torch.
+
+    Raises:
+        ValueError: A file is neither a bench result nor a report (the message names it).
+    """
+    from packaging.version import Version
+
+    found: list[tuple[BenchResult, dict[str, Any]]] = []
+    for root in map(Path, paths):
+        files = sorted(root.rglob('*.json')) if root.is_dir() else [root]
+        for file in files:
+            try:
+                data = json.loads(file.read_text())
+                entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
+                for entry in entries:
+                    judged = entry.pop('judgements', {}) if isinstance(entry, dict) else {}
+                    found.append((BenchResult.from_json(entry), judged))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}'
+                ) from exc
+    return sorted(found, key=lambda r: (r[0].device, Version(r[0].composer), Version(r[0].torch.split('+')[0])))
+
+
+class BaselineExistsError(FileExistsError):
+    """Recording would overwrite a baseline; pass ``replace=True`` (``--replace``) to do that on purpose."""
+
+
+def baseline_path(root: PathLike, device: str, env: str) -> Path:
+    """Where the baseline of one env lives: ``<root>/<device>/<env>.json`` (``env`` includes the device)."""
+    return Path(root) / device / f'{env}.json'
+
+
+def load_baseline(root: PathLike, result: BenchResult) -> Optional[BenchResult]:
+    """The recorded baseline of ``result``'s env, or ``None``."""
+    path = baseline_path(root, result.device, result.env)
+    return BenchResult.from_json(json.loads(path.read_text())) if path.exists() else None
+
+
+def record_baseline(result: BenchResult, root: PathLike, replace: bool = False) -> Path:
+    """Write ``result`` as the baseline of its env; never overwrites one unless ``replace``.
+
+    Raises:
+        BaselineExistsError: A baseline exists and ``replace`` is false.
+        ValueError: The result has a planted slowdown (a check of the gate, not a measurement).
+    """
+    if result.planted:
+        raise ValueError(f'{result.env}: a run with a planted slowdown cannot be recorded as a baseline')
+    path = baseline_path(root, result.device, result.env)
+    if path.exists() and not replace:
+        raise BaselineExistsError(f'{result.env}: a baseline exists at {path}; pass --replace to overwrite it')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json(), indent=1) + '\n')
+    return path
