@@ -12,13 +12,15 @@ imports Composer enables the shim itself).
 Importing this package patches nothing and imports neither torch nor Composer.
 """
 
-from compatshim._api import KILL_SWITCH, ShimStatus, Verdict, disable, enable, enabled, status
+from compatshim._api import ShimStatus, Verdict, disable, enable, enabled, status
+from compatshim._settings import KILL_SWITCH
 from compatshim._stages import STAGES
 from compatshim._state import get_original, is_patched
 from compatshim.errors import (
     CompatShimError,
     CompatShimWarning,
     ComposerNotInstalledError,
+    ConfigurationError,
     TransformResultError,
     UnexpectedComposerShapeError,
     UnsupportedComposerWarning,
@@ -32,6 +34,7 @@ __all__ = [
     'CompatShimError',
     'CompatShimWarning',
     'ComposerNotInstalledError',
+    'ConfigurationError',
     'ShimStatus',
     'TransformResultError',
     'UnexpectedComposerShapeError',

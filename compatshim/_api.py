@@ -8,15 +8,17 @@ import enum
 import importlib.metadata
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from compatshim import _stages, _state
+from compatshim import _settings, _state
+from compatshim._settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VAR
+from compatshim._stages import Stage
 from compatshim._state import STATE
 from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of
-from compatshim.errors import CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
+from compatshim.errors import CompatShimError, CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
 
 __all__ = [
     'ALLOW_UNTESTED_VAR',
@@ -27,7 +29,6 @@ __all__ = [
     'disable',
     'enable',
     'enabled',
-    'killed',
     'status',
 ]
 
@@ -85,60 +86,8 @@ def _parse(version: str) -> Optional[Version]:
         return None
 
 
-#: The operators' kill switch: set it to 1/true/yes/on and ``enable()`` patches nothing (0/false/no/off or unset: off).
-KILL_SWITCH = 'COMPATSHIM_DISABLE'
-#: The default ``stage`` of ``enable()`` calls that do not pass one (``compatshim run --stage`` sets it).
-STAGE_VAR = 'COMPATSHIM_STAGE'
-#: The default ``allow_untested`` of ``enable()`` calls that do not pass one (``compatshim run --allow-untested``).
-ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
-_TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
-
-
 def _switch() -> str:
     return os.environ.get(KILL_SWITCH, '').strip().lower()
-
-
-def _flag(variable: str, meaning: str, environ: Mapping[str, str]) -> bool:
-    value = environ.get(variable, '').strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(
-        f'compatshim: {variable}={environ[variable]!r} is not understood; use 1, true, yes or on to {meaning}, or '
-        '0, false, no, off (or unset it) for the default.',
-    )
-
-
-def killed(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether the :data:`KILL_SWITCH` environment variable turns the shim off.
-
-    Args:
-        environ: The environment to read (default: this process's).
-
-    Raises:
-        ValueError: The variable holds something other than the accepted values (named in the message).
-    """
-    return _flag(
-        KILL_SWITCH, 'turn the shim off (enable() then patches nothing)', os.environ if environ is None else environ
-    )
-
-
-def settings_from_environment(environ: Optional[Mapping[str, str]] = None) -> tuple[_stages.Stage, bool]:
-    """The default stage and ``allow_untested`` from :data:`STAGE_VAR` and :data:`ALLOW_UNTESTED_VAR`.
-
-    Args:
-        environ: The environment to read (default: this process's).
-
-    Raises:
-        ValueError: A variable holds something other than the accepted values (named in the message).
-    """
-    environ = os.environ if environ is None else environ
-    stage = environ.get(STAGE_VAR, '').strip() or 'batch'
-    return (
-        _stages.validate_stage(stage, what=f'stage in {STAGE_VAR}'),
-        _flag(ALLOW_UNTESTED_VAR, 'patch releases outside the support table whose code has a known shape', environ),
-    )
 
 
 def _warn_once(key: str, message: str, category: type[Warning]) -> None:
@@ -166,7 +115,7 @@ def status() -> ShimStatus:
     elif table_family is not None:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
-        if _switch() in _TRUE:
+        if _switch() in ('1', 'true', 'yes', 'on'):
             detail = (
                 f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so '
                 'enable() patches nothing.'
@@ -195,25 +144,29 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
             the 0.24.1 behaviour. ``'microbatch'``: move each microbatch, then run ``fn`` on it — one microbatch on
             the device at a time. A DataSpec's own ``data_transfer_stage=`` wins over this. Default: the
             ``COMPATSHIM_STAGE`` environment variable (set by ``compatshim run --stage``), else ``'batch'``.
-        allow_untested: Patch a Composer newer than the support table (or a dev build) if, and only if, every patch
-            target has the shape of a known family. Without it such releases get a warning and no patch. Default:
-            the ``COMPATSHIM_ALLOW_UNTESTED`` environment variable (``compatshim run --allow-untested``), else off.
+        allow_untested: ``True``: patch a Composer newer than the support table (or a dev build) if, and only if,
+            every patch target has the shape of a known family. Without it such releases get a warning and no patch.
+            Default: the ``COMPATSHIM_ALLOW_UNTESTED`` environment variable (``compatshim run --allow-untested``),
+            else off.
 
     Returns:
         The :func:`status` after enabling.
 
-    With the environment variable ``COMPATSHIM_DISABLE=1`` (the operators' kill switch) it patches nothing and warns.
+    With the environment variable ``COMPATSHIM_DISABLE=1`` (the operators' kill switch) it patches nothing and warns,
+    once per process. An argument given here beats a variable that holds a value that is not allowed (the variable is
+    ignored, with a :class:`~compatshim.errors.CompatShimWarning` naming it).
 
     Raises:
-        ValueError: ``stage`` is not one of ``'batch'``, ``'microbatch'``, or one of the environment variables
-            above holds a value it does not understand (the message names it and the accepted values).
+        ConfigurationError: (a ``ValueError``) ``stage`` is not ``'batch'`` or ``'microbatch'``, ``allow_untested`` is
+            not a bool, or a variable no argument stands in for holds a value that is not allowed (the message names
+            the setting, the value and what is allowed). Nothing was changed.
         ComposerNotInstalledError: No ``mosaicml`` distribution is installed.
         UnexpectedComposerShapeError: A patch target does not look as expected. Nothing was patched.
     """
-    env_stage, env_untested = settings_from_environment()
-    valid_stage = env_stage if stage is None else _stages.validate_stage(stage)
-    untested = env_untested if allow_untested is None else bool(allow_untested)
+    settings = _settings.resolve(stage, allow_untested)  # nothing has changed yet if this raises
     with STATE.lock:
+        for message in settings.ignored:
+            _warn_once(message, message, CompatShimWarning)
         composer = _installed('mosaicml')
         if composer is None:
             raise ComposerNotInstalledError(
@@ -222,9 +175,9 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
             )
         if STATE.active:
             if stage is not None:
-                STATE.stage = valid_stage
+                STATE.stage = settings.stage
             return status()
-        if killed():
+        if settings.killed:
             _warn_once(
                 'killed',
                 f"compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer's own "
@@ -236,7 +189,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         if parsed is not None and parsed in UNAFFECTED:
             return status()
         family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
-        if family is None and not untested:
+        if family is None and not settings.allow_untested:
             _warn_once(
                 'unsupported',
                 f'compatshim: Composer {composer} is outside the support table ({AFFECTED}); nothing was patched. '
@@ -253,7 +206,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         finally:
             STATE.enabling = False
         STATE.allow_untested = family is None
-        STATE.stage = valid_stage
+        STATE.stage = settings.stage
         return status()
 
 
@@ -291,21 +244,40 @@ def disable() -> ShimStatus:
         STATE.stage = None
         STATE.family = None
         STATE.allow_untested = False
-        STATE.warned.clear()
         return status()
 
 
 @contextlib.contextmanager
 def enabled(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> Iterator[ShimStatus]:
-    """``with compatshim.enabled(...):`` — enable for the block, then return to the state before it."""
+    """``with compatshim.enabled(...):`` — enable for the block; on leaving it, the shim is in the state it had before.
+
+    That holds whatever code inside the block did: if it called ``enable(stage=...)``, the stage from before comes
+    back; if it called ``disable()`` while the shim had been enabled before the block, the shim is enabled again with
+    the stage and ``allow_untested`` it had. Blocks nest. The block's own ``enable()`` takes the same arguments as
+    :func:`enable` and raises as it does, before anything changes.
+    """
     with STATE.lock:
-        previous = STATE.stage
+        before = (STATE.stage, STATE.allow_untested)
         shim_status = enable(stage, allow_untested=allow_untested)
     try:
         yield shim_status
     finally:
         with STATE.lock:
-            if previous is None:
-                disable()
-            else:
-                STATE.stage = previous
+            _return_to(*before)
+
+
+def _return_to(stage: Optional[Stage], allow_untested: bool) -> None:
+    """Put the shim back in a state :func:`enabled` saw: off, or on at ``stage``."""
+    if stage is None:
+        disable()
+    elif STATE.active:
+        STATE.stage = stage
+    else:  # code inside the block disabled the shim that had been on before it
+        try:
+            enable(stage, allow_untested=allow_untested)
+        except CompatShimError as exc:  # the environment changed inside the block (e.g. a bad kill switch)
+            warnings.warn(
+                f'compatshim.enabled(): could not enable the shim again on leaving the block: {exc}',
+                CompatShimWarning,
+                stacklevel=4,
+            )

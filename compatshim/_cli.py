@@ -11,12 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from compatshim._settings import EXIT_CONFIG
 from compatshim._stages import STAGES
+from compatshim.errors import ConfigurationError
 
 __all__ = ['main']
 
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-EXIT_NOT_FOUND = 127
+#: As a shell says it: a command that cannot be run (not executable), and one that is not there.
+EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -34,20 +37,24 @@ def _run_command(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         env = child_environment(os.environ, args.stage, args.allow_untested)
-    except ValueError as exc:
+    except ConfigurationError as exc:
         print(f'{exc} (compatshim run: nothing was run)', file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_CONFIG
     try:
         exec_command(command, env)
-    except OSError as exc:  # FileNotFoundError, PermissionError: exec never happened
+    except OSError as exc:  # exec never happened: as a shell, 126 for a command that cannot run, 127 for none
         print(f'compatshim run: cannot run {command[0]!r}: {exc.strerror or exc}', file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
 
 
 def _doctor_command(args: argparse.Namespace) -> int:
     from compatshim import doctor
 
-    report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
+    try:
+        report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
+    except ConfigurationError as exc:
+        print(f'{exc} (compatshim doctor: nothing was checked)', file=sys.stderr)
+        return EXIT_CONFIG
     print(json.dumps(report, indent=2) if args.json else doctor.text(report))
     return int(report['exit_code'])
 

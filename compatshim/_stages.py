@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from compatshim.errors import ConfigurationError
+
 __all__ = ['STAGES', 'Stage', 'validate_stage']
 
 Stage = Literal['batch', 'microbatch']
@@ -14,7 +16,8 @@ STAGES: tuple[str, ...] = ('batch', 'microbatch')
 
 
 def validate_stage(stage: object, *, what: str = 'stage') -> Stage:
-    """Return ``stage`` if it names a stage, else raise a ``ValueError`` that lists the choices.
+    """Return ``stage`` if it names a stage, else raise a :class:`ConfigurationError` (a ``ValueError``) that lists
+    the choices.
 
     Args:
         stage: The value to check.
@@ -22,5 +25,5 @@ def validate_stage(stage: object, *, what: str = 'stage') -> Stage:
     """
     if not isinstance(stage, str) or stage not in STAGES:
         choices = ', '.join(repr(s) for s in STAGES)
-        raise ValueError(f'compatshim: unknown {what} {stage!r}; choose one of {choices}')
+        raise ConfigurationError(f'compatshim: unknown {what} {stage!r}; choose one of {choices}')
     return stage  # type: ignore[return-value]

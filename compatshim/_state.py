@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import types
 import warnings
 from typing import Any, Callable, Optional
 
@@ -159,7 +160,17 @@ def restore_all() -> None:
 
 
 def describe(obj: Any) -> str:
-    """``module.qualname`` of a function or object, for messages."""
+    """``module.qualname`` of a function or object, for messages: the object itself, not what it wraps.
+
+    ``functools.wraps`` copies the wrapped function's ``__module__`` and ``__qualname__`` onto a wrapper, so a plain
+    function is named from its own code and globals; a wrapt wrapper by the function given to wrapt.
+    """
+    if type(obj) is types.FunctionType:
+        code = obj.__code__
+        return f'{obj.__globals__.get("__name__", obj.__module__)}.{getattr(code, "co_qualname", code.co_name)}'
+    wrapper = getattr(obj, '_self_wrapper', None)  # wrapt's FunctionWrapper (a proxy: type() sees through it)
+    if type(wrapper) is types.FunctionType:
+        return f'{describe(wrapper)} (wrapt)'
     module = getattr(obj, '__module__', None) or type(obj).__module__
     name = getattr(obj, '__qualname__', None) or type(obj).__qualname__
     return f'{module}.{name}'

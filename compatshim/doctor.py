@@ -26,10 +26,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from compatshim import _api
+from compatshim import _api, _settings
 from compatshim._api import Verdict
-from compatshim._stages import validate_stage
 from compatshim._state import STATE
+from compatshim.errors import CompatShimWarning
 
 __all__ = ['Leg', 'conclude', 'diagnose', 'main', 'run', 'text']
 
@@ -200,9 +200,13 @@ def diagnose(
             ``enable()``'s default.
     """
     before = _api.status()
-    env_stage, env_untested = _api.settings_from_environment()
-    stage = validate_stage(stage) if stage is not None else (before.stage or env_stage)
-    untested = allow_untested if allow_untested is not None else (STATE.allow_untested or env_untested)
+    settings = _settings.resolve(
+        stage if stage is not None else before.stage,  # this process's stage, if enabled, counts as given
+        allow_untested if allow_untested is not None else (True if STATE.allow_untested else None),
+    )
+    for message in settings.ignored:
+        warnings.warn(message, CompatShimWarning, stacklevel=2)
+    stage, untested = settings.stage, settings.allow_untested
     report: dict[str, Any] = {
         'python': platform.python_version(),
         'torch': before.torch_version,
@@ -214,7 +218,7 @@ def diagnose(
         'stage': stage,
         'allow_untested': untested,
         'would_patch': [],
-        'kill_switch': os.environ.get(_api.KILL_SWITCH),
+        'kill_switch': os.environ.get(_settings.KILL_SWITCH),
         'self_check': None,
         'exit_code': EXIT_UNKNOWN,
         'summary': '',
@@ -247,7 +251,7 @@ def diagnose(
         'enable_error': child['enable_error'],
     }
     report['exit_code'], report['summary'] = conclude(
-        without, with_shim, stage, was_active=was_active, killed=_switch_set(), enable_error=child['enable_error']
+        without, with_shim, stage, was_active=was_active, killed=settings.killed, enable_error=child['enable_error']
     )
     return report
 
@@ -267,7 +271,8 @@ def conclude(
         )
     if killed:
         return EXIT_AFFECTED, (
-            f'Affected; {_api.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let the shim fix this.'
+            f'Affected; {_settings.KILL_SWITCH} is set, so enable() patches nothing here. Unset it to let the shim fix '
+            'this.'
         )
     reason = f' ({enable_error})' if enable_error else ''
     return EXIT_NOT_FIXED, f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
@@ -275,13 +280,6 @@ def conclude(
 
 #: The name ``diagnose`` had before 0.1.0's harness rework; kept for scripts that call it.
 run = diagnose
-
-
-def _switch_set() -> bool:
-    try:
-        return _api.killed()
-    except ValueError:
-        return False
 
 
 def text(report: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     'CompatShimError',
+    'ConfigurationError',
     'CompatShimWarning',
     'ComposerNotInstalledError',
     'TransformResultError',
@@ -14,6 +15,11 @@ __all__ = [
 
 class CompatShimError(Exception):
     """Base class of the shim's errors."""
+
+
+class ConfigurationError(CompatShimError, ValueError):
+    """A setting — an argument, or an environment variable no argument stands in for — holds a value that is not
+    allowed. The message names the setting, the value and what is allowed; nothing was changed."""
 
 
 class ComposerNotInstalledError(CompatShimError, ImportError):

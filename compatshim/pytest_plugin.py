@@ -61,7 +61,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     import compatshim
 
-    compatshim.enable(stage=stage)
+    try:
+        compatshim.enable(stage=stage)
+    except compatshim.CompatShimError as exc:  # a bad setting, no Composer: a usage error, named in one line
+        raise pytest.UsageError(str(exc)) from None
     config.stash[_ENABLED_BY_SESSION] = True
 
 

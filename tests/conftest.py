@@ -115,7 +115,17 @@ _SESSION: dict[str, Any] = {}
 DEFAULT_PLACES = {'unit': ('unit',), 'release': ('release', 'family', 'forward'), 'process': ('family',)}
 
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption(
+        '--role',
+        choices=('unit', 'release', 'family', 'python', 'forward'),
+        help='run the tests of this role here, whatever the env is (default: what this env is, tests/matrix_env.py)',
+    )
+
+
 def pytest_configure(config: Any) -> None:
+    if config.getoption('role'):
+        _SESSION['role'] = config.getoption('role')
     for line in (
         'runs_in(*places): the roles (or family:<name>) whose envs run this test (see tests/matrix_env.py)',
         'python: also runs in the Python factor envs (it depends on the interpreter)',
@@ -135,11 +145,17 @@ def places(item: Any) -> tuple[str, ...]:
     return found + tuple(m for m in ('python', 'forward') if item.get_closest_marker(m))
 
 
+def role() -> str:
+    """This env's role (``--role`` overrides what ``matrix_env`` found)."""
+    return str(_SESSION.get('role', ROLE))
+
+
 def runs_here(where: tuple[str, ...]) -> bool:
     """Whether a test that runs in ``where`` (roles, or ``family:<name>``) runs in this env."""
+    here = role()
     for place in where:
-        role, _, family = place.partition(':')
-        if role == ROLE and (not family or family == (FAMILY.value if FAMILY else 'unaffected')):
+        wanted, _, family = place.partition(':')
+        if wanted == here and (not family or family == (FAMILY.value if FAMILY else 'unaffected')):
             return True
     return False
 
@@ -268,4 +284,4 @@ def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
         write('compatshim: child processes that import Composer are counted under tox only')
     deselected = Counter(v for k, v in config.stash[_NOT_RUN].items() if v.startswith('runs in '))
     for reason, n in deselected.most_common():
-        write(f'compatshim: {n} test(s) not for this env ({ROLE}): {reason}')
+        write(f'compatshim: {n} test(s) not for this env ({role()}): {reason}')

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NoReturn, Optional
 
-from compatshim._api import ALLOW_UNTESTED_VAR, STAGE_VAR, killed, settings_from_environment
+from compatshim._settings import ALLOW_UNTESTED_VAR, STAGE_VAR, resolve
 
 __all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command', 'without_bootstrap']
 
@@ -37,7 +37,7 @@ def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_un
     """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings.
 
     Raises:
-        ValueError: ``stage``, or a setting already in ``environ``, is not understood (the message names it).
+        ConfigurationError: ``stage``, or a setting already in ``environ``, is not allowed (the message names it).
     """
     env = dict(environ)
     if stage is not None:
@@ -45,8 +45,7 @@ def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_un
     if allow_untested:
         env[ALLOW_UNTESTED_VAR] = '1'
     env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *without_bootstrap(env.get('PYTHONPATH', ''))])
-    settings_from_environment(env)  # validate now, in the parent, rather than in every rank after it started
-    killed(env)
+    resolve(environ=env)  # validate now, in the parent, rather than in every rank after it started
     return env
 
 

@@ -10,12 +10,33 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(_HERE)  # the compatshim package this bootstrap belongs to
 
 
-def _enable() -> None:
-    import compatshim
+def _compatshim():
+    """The compatshim package this bootstrap belongs to, also where it is not importable (``python -m compatshim run``
+    from a checkout that is not installed), and never another copy that happens to come first on ``sys.path``."""
+    module = sys.modules.get('compatshim')
+    init = os.path.join(_PACKAGE, '__init__.py')
+    if module is not None or not os.path.exists(init):
+        import compatshim
 
-    compatshim.enable()
+        return compatshim
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location('compatshim', init, submodule_search_locations=[_PACKAGE])
+    module = module_from_spec(spec)
+    sys.modules['compatshim'] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules['compatshim']
+        raise
+    return module
+
+
+def _enable():
+    _compatshim().enable()
 
 
 class _ChainedLoader:

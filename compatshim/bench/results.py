@@ -140,6 +140,8 @@ def gather(paths: Iterable[PathLike]) -> list[tuple[BenchResult, dict[str, Any]]
 
     found: list[tuple[BenchResult, dict[str, Any]]] = []
     for root in map(Path, paths):
+        if not root.exists():
+            raise ValueError(f'{root}: no such file or directory')
         files = sorted(root.rglob('*.json')) if root.is_dir() else [root]
         for file in files:
             try:

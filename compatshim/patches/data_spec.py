@@ -24,12 +24,16 @@ def _take_device_transforms(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """Remove ``device_transforms`` from a call, whether passed by keyword or (0.25–0.28) by position."""
-    if 'device_transforms' in kwargs:
+    """Remove ``device_transforms`` from a call, whether passed by keyword or (0.25–0.28) by position.
+
+    Where Composer has the parameter, the call is bound against its signature first, so that a call Composer would
+    refuse (``device_transforms`` given twice, by position and by keyword) reaches Composer as it is, and fails there.
+    """
+    if 'device_transforms' not in signature.parameters:
+        if 'device_transforms' not in kwargs:
+            return None, args, kwargs
         kwargs = dict(kwargs)
         return kwargs.pop('device_transforms'), args, kwargs
-    if 'device_transforms' not in signature.parameters:
-        return None, args, kwargs
     try:
         bound = signature.bind_partial(None, *args, **kwargs)
     except TypeError:

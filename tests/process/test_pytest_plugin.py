@@ -58,9 +58,10 @@ USER_TEST = textwrap.dedent("""
 """)
 
 
-def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _pytest(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / 'test_user.py').write_text(USER_TEST)
     env = {k: v for k, v in os.environ.items() if not k.startswith(('COMPATSHIM_', 'PYTEST_', 'COV_'))}
+    env.update(extra)
     return subprocess.run(
         [
             sys.executable,
@@ -84,7 +85,9 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.runs_in('family', 'python')
 def test_user_test_passes_with_the_shim(tmp_path: Path) -> None:
-    proc = _pytest(tmp_path, '--compatshim=batch')
+    """With a bad COMPATSHIM_STAGE in the environment too: the stage given on the command line wins (it used to be
+    an INTERNALERROR)."""
+    proc = _pytest(tmp_path, '--compatshim=batch', '-W', 'default::UserWarning', COMPATSHIM_STAGE='bogus')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '3 passed' in proc.stdout
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, ROLE, dev_build_dir
+from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, dev_build_dir, role
 
 pytestmark = pytest.mark.device
 
@@ -57,7 +57,7 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     run = [sys.executable, '-m', 'compatshim', 'run']
     job = [sys.executable, str(JOB)]
     scenarios: dict[str, tuple[list[str], dict[str, str]]] = {}
-    if 'tree' in STARTED.get(ROLE, ()):
+    if 'tree' in STARTED.get(role(), ()):
         existing = tmp / 'existing-site'
         existing.mkdir()
         (existing / 'sitecustomize.py').write_text(CHAINED_SITECUSTOMIZE)
@@ -66,9 +66,9 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
             [str(console), 'run', '--', *job, str(tmp / 'tree.json'), '--workers', '--children', 'spawn,forkserver'],
             {'PYTHONPATH': str(existing)},
         )
-    if 'kill-switch' in STARTED.get(ROLE, ()):
+    if 'kill-switch' in STARTED.get(role(), ()):
         scenarios['kill-switch'] = ([*run, '--', *job, str(tmp / 'kill-switch.json')], {'COMPATSHIM_DISABLE': '1'})
-    if 'sourceless' in STARTED.get(ROLE, ()):
+    if 'sourceless' in STARTED.get(role(), ()):
         path = [str(sourceless_copy(tmp / 'sourceless'))]
         untested = ['--allow-untested'] if IS_AFFECTED else []
         if IS_AFFECTED:

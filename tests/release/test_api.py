@@ -230,7 +230,7 @@ def test_kill_switch_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_kill_switch_with_a_bad_value_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv('COMPATSHIM_DISABLE', 'maybe')
     before = _snapshot()
-    with pytest.raises(ValueError, match="COMPATSHIM_DISABLE='maybe' is not understood; use 1, true, yes or on"):
+    with pytest.raises(ValueError, match="COMPATSHIM_DISABLE='maybe' is not allowed; use 1, true, yes or on"):
         compatshim.enable()
     assert compatshim.status().patches == () and _same(before, _snapshot())
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import packaging
 import pytest
 
 import compatshim
@@ -36,17 +38,111 @@ def test_import_patches_nothing_and_imports_nothing_heavy() -> None:
         (['--stage', 'gpu', '--', 'true'], {}, 2, "invalid choice: 'gpu'"),
         ([], {}, 2, 'no command given'),
         (['--', 'compatshim-no-such-command'], {}, 127, "cannot run 'compatshim-no-such-command'"),
-        (['--', 'true'], {'COMPATSHIM_DISABLE': 'maybe'}, 2, "COMPATSHIM_DISABLE='maybe' is not understood"),
-        (['--', 'true'], {'COMPATSHIM_STAGE': 'epoch'}, 2, "unknown stage in COMPATSHIM_STAGE 'epoch'"),
+        (['--', './not-executable'], {}, 126, "cannot run './not-executable': Permission denied"),
+        (['--', 'true'], {'COMPATSHIM_DISABLE': 'maybe'}, 2, "COMPATSHIM_DISABLE='maybe' is not allowed; use 1, true"),
+        (['--', 'true'], {'COMPATSHIM_STAGE': 'epoch'}, 2, "unknown stage in COMPATSHIM_STAGE 'epoch'; choose one of"),
+        (['--', 'true'], {'COMPATSHIM_ALLOW_UNTESTED': 'maybe'}, 2, "COMPATSHIM_ALLOW_UNTESTED='maybe' is not allowed"),
     ],
-    ids=['bad-stage', 'no-command', 'missing-command', 'bad-kill-switch', 'bad-stage-variable'],
+    ids=[
+        'bad-stage',
+        'no-command',
+        'missing-command',
+        'not-executable',
+        'bad-kill-switch',
+        'bad-stage-variable',
+        'bad-untested-variable',
+    ],
 )
 def test_bad_input_runs_nothing(args: list[str], env: dict[str, str], code: int, message: str, tmp_path: Path) -> None:
+    """Refused before anything runs, in one line naming the setting, the value and what is allowed; the exit codes of
+    a shell for a command that is not there (127) or cannot run (126)."""
     marker = tmp_path / 'ran'
+    (tmp_path / 'not-executable').write_text(f'#!/bin/sh\ntouch {marker}\n')
     command = args[:-1] + ['sh', '-c', f'touch {marker}'] if args[-1:] == ['true'] else args
-    proc = subprocess.run([*RUN, *command], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*RUN, *command], env={**os.environ, **env}, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert proc.returncode == code and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 3 and 'Traceback' not in proc.stderr, proc.stderr
     assert not marker.exists(), 'a refused command must not run'
+
+
+@pytest.mark.parametrize(
+    ('args', 'env', 'message'),
+    [
+        ([], {'COMPATSHIM_STAGE': 'bogus'}, "unknown stage in COMPATSHIM_STAGE 'bogus'; choose one of"),
+        ([], {'COMPATSHIM_ALLOW_UNTESTED': 'maybe'}, "COMPATSHIM_ALLOW_UNTESTED='maybe' is not allowed"),
+        ([], {'COMPATSHIM_DISABLE': 'maybe'}, "COMPATSHIM_DISABLE='maybe' is not allowed"),
+        (['--stage', 'batch'], {'COMPATSHIM_DISABLE': 'maybe'}, "COMPATSHIM_DISABLE='maybe' is not allowed"),
+    ],
+)
+def test_doctor_refuses_a_bad_setting_in_one_line(args: list[str], env: dict[str, str], message: str) -> None:
+    """A configuration error is exit 2 and one line, as for compatshim run — not a traceback with exit 1 ("affected,
+    add the line"), nor exit 3 ("please report a bug")."""
+    proc = subprocess.run(
+        [sys.executable, '-m', 'compatshim', 'doctor', *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and message in proc.stderr and 'nothing was checked' in proc.stderr, proc.stderr
+    assert 'Traceback' not in proc.stderr and proc.stdout == ''
+
+
+def test_doctor_argument_beats_a_bad_variable() -> None:
+    """``--stage batch`` stands in for a bad COMPATSHIM_STAGE: a warning names it, and the doctor goes on (here: it
+    cannot tell, since this env has no Composer)."""
+    proc = subprocess.run(
+        [sys.executable, '-m', 'compatshim', 'doctor', '--stage', 'batch'],
+        env={**os.environ, 'COMPATSHIM_STAGE': 'bogus'},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and 'not installed' in proc.stdout, proc.stdout + proc.stderr
+    assert "COMPATSHIM_STAGE 'bogus'" in proc.stderr and 'ignored' in proc.stderr and 'Traceback' not in proc.stderr
+
+
+def test_run_from_a_checkout_that_is_not_installed(tmp_path: Path) -> None:
+    """``python -m compatshim run`` from a source checkout, on an interpreter that has no compatshim installed: each
+    child's bootstrap enables the copy it belongs to. (It used to raise ModuleNotFoundError from inside the user's own
+    ``import composer``.) A stand-in Composer (0.24.1: nothing to patch) keeps this free of torch."""
+    checkout = tmp_path / 'checkout'
+    shutil.copytree(
+        Path(compatshim.__file__).parent, checkout / 'compatshim', ignore=shutil.ignore_patterns('__pycache__')
+    )
+    deps = tmp_path / 'deps'
+    (deps / 'composer').mkdir(parents=True)
+    (deps / 'composer' / '__init__.py').write_text('STAND_IN = True\n')
+    (deps / 'mosaicml-0.24.1.dist-info').mkdir()
+    (deps / 'mosaicml-0.24.1.dist-info' / 'METADATA').write_text(
+        'Metadata-Version: 2.1\nName: mosaicml\nVersion: 0.24.1\n'
+    )
+    (deps / 'packaging').symlink_to(Path(packaging.__file__).parent)  # compatshim's one dependency
+    job = tmp_path / 'job' / 'job.py'
+    job.parent.mkdir()
+    job.write_text('import composer, compatshim\nprint(compatshim.__file__, compatshim.status().verdict.value)\n')
+    base = getattr(sys, '_base_executable', sys.executable)  # an interpreter without this env's site-packages
+    proc = subprocess.run(
+        [base, '-m', 'compatshim', 'run', '--', base, str(job)],
+        cwd=checkout,
+        env={**os.environ, 'PYTHONPATH': str(deps)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(checkout / 'compatshim' / '__init__.py'), 'unaffected'], proc.stdout
+
+
+def test_plugin_maps_a_bad_setting_to_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pytest --compatshim`` with a bad kill switch: a usage error naming it (it was an INTERNALERROR)."""
+    monkeypatch.setenv('COMPATSHIM_DISABLE', 'maybe')
+    result = pytester.runpytest_subprocess('--compatshim=batch')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "COMPATSHIM_DISABLE='maybe' is not allowed" in result.stderr.str()
+    assert 'INTERNALERROR' not in result.stdout.str() + result.stderr.str()
 
 
 def test_bootstrap_directory_ships_inside_the_package() -> None:

@@ -1,0 +1,103 @@
+"""The shim's settings, from the arguments given in code and the environment, validated in one place.
+
+Every entry point reads them here — ``enable()``, ``compatshim run``, ``compatshim doctor``, the pytest plugin — so a
+bad value gets the same one-line message everywhere (the setting, the value, what is allowed), and the same exit code
+on the command line (:data:`EXIT_CONFIG`).
+
+- ``stage``: the argument, else ``COMPATSHIM_STAGE``, else ``'batch'``;
+- ``allow_untested``: the argument (``True`` or ``False``), else ``COMPATSHIM_ALLOW_UNTESTED``, else off;
+- the kill switch ``COMPATSHIM_DISABLE``: no argument overrides it.
+
+A valid argument beats an invalid variable (the variable is ignored, with a warning naming it); an invalid variable
+with no argument to stand in for it, or an invalid argument, raises :class:`ConfigurationError`. Imports nothing
+heavy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Optional
+
+from compatshim._stages import Stage, validate_stage
+from compatshim.errors import ConfigurationError
+
+__all__ = [
+    'ALLOW_UNTESTED_VAR',
+    'EXIT_CONFIG',
+    'KILL_SWITCH',
+    'STAGE_VAR',
+    'Settings',
+    'resolve',
+]
+
+#: The operators' kill switch: 1/true/yes/on and ``enable()`` patches nothing (0/false/no/off or unset: off).
+KILL_SWITCH = 'COMPATSHIM_DISABLE'
+#: The default ``stage`` of ``enable()`` calls that do not pass one (``compatshim run --stage`` sets it).
+STAGE_VAR = 'COMPATSHIM_STAGE'
+#: The default ``allow_untested`` of ``enable()`` calls that do not pass one (``compatshim run --allow-untested``).
+ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
+#: The exit code of every ``compatshim`` command for a setting that is not allowed (as argparse's usage errors).
+EXIT_CONFIG = 2
+
+_TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What ``enable()`` will do: the stage, whether an untested release may be patched, the kill switch, and the
+    environment variables that were ignored because an argument stood in for them (one message each)."""
+
+    stage: Stage
+    allow_untested: bool
+    killed: bool
+    ignored: tuple[str, ...] = ()
+
+
+def _flag(variable: str, value: str) -> bool:
+    word = value.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ConfigurationError(
+        f'compatshim: {variable}={value!r} is not allowed; use 1, true, yes or on, or 0, false, no, off (or unset it)'
+    )
+
+
+def resolve(
+    stage: Optional[str] = None, allow_untested: Optional[bool] = None, environ: Optional[Mapping[str, str]] = None
+) -> Settings:
+    """The settings from the arguments (``None``: not given) and ``environ`` (default: this process's environment).
+
+    Raises:
+        ConfigurationError: An argument, or a variable no argument stands in for, holds a value that is not allowed.
+    """
+    environ = os.environ if environ is None else environ
+    if allow_untested is not None and not isinstance(allow_untested, bool):
+        raise ConfigurationError(
+            f'compatshim: allow_untested={allow_untested!r} is not allowed; pass True or False (or leave it out)'
+        )
+    ignored = []
+    given_stage = None if stage is None else validate_stage(stage)
+    try:
+        env_stage: Optional[Stage] = validate_stage(
+            environ.get(STAGE_VAR, '').strip() or 'batch', what=f'stage in {STAGE_VAR}'
+        )
+    except ConfigurationError as exc:
+        if given_stage is None:
+            raise
+        env_stage = None
+        ignored.append(f'{exc}; ignored: the stage given in code ({given_stage!r}) wins')
+    try:
+        env_untested: Optional[bool] = _flag(ALLOW_UNTESTED_VAR, environ.get(ALLOW_UNTESTED_VAR, ''))
+    except ConfigurationError as exc:
+        if allow_untested is None:
+            raise
+        env_untested = None
+        ignored.append(f'{exc}; ignored: allow_untested given in code ({allow_untested!r}) wins')
+    return Settings(
+        stage=given_stage or env_stage or 'batch',
+        allow_untested=bool(env_untested) if allow_untested is None else allow_untested,
+        killed=_flag(KILL_SWITCH, environ.get(KILL_SWITCH, '')),
+        ignored=tuple(ignored),
+    )

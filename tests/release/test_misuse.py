@@ -1,0 +1,105 @@
+"""Misuse gets a clear error and a truthful status: nested ``enabled()`` blocks with ``enable()``/``disable()`` inside,
+settings given in code against settings in the environment, arguments of the wrong type, a keyword given twice.
+
+Each of these failed on the shim before the fix it tests (the state-machine test, ``test_api_states.py``, found the
+first one by itself).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from conftest import FAMILY, IS_AFFECTED, NEEDS_PATCH
+from workload import Probe, loader
+
+import compatshim
+from compatshim import _state
+from compatshim._support import Family
+
+pytestmark = pytest.mark.python
+
+
+def _live() -> tuple[str, ...]:
+    """What is really installed: every patch whose replacement is reachable on Composer's classes and switched on."""
+    return tuple(r.label for r in _state.STATE.patches.values() if compatshim.is_patched(r.owner, r.name))
+
+
+def test_disable_inside_an_enabled_block_leaves_the_state_from_before_it() -> None:
+    """The reported repro: enable('batch'); with enabled('microbatch'): disable() — status said patched, stage batch,
+    with nothing installed, and every later enable() returned early."""
+    compatshim.enable('batch')
+    before = compatshim.status()
+    with compatshim.enabled('microbatch'):
+        compatshim.disable()
+        assert compatshim.status().patches == () == _live()
+    after = compatshim.status()
+    assert (after.verdict, after.stage, after.patches) == (before.verdict, before.stage, before.patches)
+    assert after.patches == _live()
+    if IS_AFFECTED:
+        assert after.patches and after.stage == 'batch'
+
+
+def test_enabled_blocks_nest_and_restore_what_was_there() -> None:
+    with compatshim.enabled('batch'):
+        with compatshim.enabled('microbatch'):
+            compatshim.enable('batch')  # inside: changes the default for the rest of the inner block
+            assert compatshim.status().stage == ('batch' if IS_AFFECTED else None)
+        assert compatshim.status().stage == ('batch' if IS_AFFECTED else None)
+        with compatshim.enabled('microbatch'):
+            assert compatshim.status().stage == ('microbatch' if IS_AFFECTED else None)
+        assert compatshim.status().patches == _live()
+    assert compatshim.status().patches == () == _live() and compatshim.status().stage is None
+
+
+@pytest.mark.parametrize(
+    ('variable', 'value', 'call'),
+    [
+        ('COMPATSHIM_STAGE', 'bogus', {'stage': 'batch'}),
+        ('COMPATSHIM_ALLOW_UNTESTED', 'maybe', {'allow_untested': False}),
+    ],
+)
+def test_a_valid_argument_beats_an_invalid_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, call: dict[str, Any]
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.warns(compatshim.CompatShimWarning, match=rf"{variable}.*'{value}'.*ignored: .* given in code"):
+        shim = compatshim.enable(**call)
+    assert bool(shim.patches) is IS_AFFECTED
+    compatshim.disable()
+    before = compatshim.status()
+    with pytest.raises(compatshim.ConfigurationError, match=rf"{variable}.*'{value}'"):
+        compatshim.enable()  # no argument stands in for the variable: refused, nothing changed
+    assert compatshim.status() == before and _live() == ()
+
+
+@pytest.mark.parametrize('value', ['no', 'yes', 0, 1, 1.0])
+def test_allow_untested_must_be_a_bool(value: Any) -> None:
+    """``enable(allow_untested='no')`` used to opt in (the value went through bool())."""
+    with pytest.raises(compatshim.ConfigurationError, match=r'allow_untested=.* is not allowed; pass True or False'):
+        compatshim.enable(allow_untested=value)
+    assert compatshim.status().patches == () == _live()
+
+
+def test_the_kill_switch_warns_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the README says: once per process, also across disable() (it used to warn again after each)."""
+    monkeypatch.setenv('COMPATSHIM_DISABLE', '1')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for _ in range(3):
+            compatshim.enable()
+            compatshim.disable()
+    assert len([w for w in caught if 'COMPATSHIM_DISABLE is set' in str(w.message)]) == 1
+
+
+@NEEDS_PATCH
+def test_device_transforms_given_twice_is_composers_error() -> None:
+    """On 0.25–0.28 (the parameter exists) the shim kept the keyword and dropped the positional one, silently."""
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    if FAMILY is Family.REJECTED:
+        pytest.skip('0.29+ has no device_transforms parameter to give twice')
+    with pytest.raises(TypeError, match="multiple values for argument 'device_transforms'"):
+        DataSpec(loader(8), None, None, Probe(), device_transforms=Probe())
