@@ -1,6 +1,6 @@
 """A training script that never calls ``compatshim.enable()`` (unless ``--enable``), for the ``compatshim run`` tests.
 
-    python run_job.py OUT.json [--enable] [--workers] [--children spawn,forkserver]
+    python run_job.py OUT.json [--enable | --auto] [--workers] [--children spawn,forkserver]
 
 One process checks everything it can, and reports it all in OUT.json: what it had imported at start (before it
 imports Composer), whether the import hook is armed and an existing ``sitecustomize`` still ran, then one training
@@ -43,13 +43,15 @@ def worker_modules(worker_id: int) -> None:
     Path(sys.argv[1]).with_suffix(f'.worker{worker_id}.json').write_text(json.dumps(heavy_modules()))
 
 
-def train(enable: bool, workers: bool) -> dict[str, Any]:
+def train(enable: bool, workers: bool, auto: bool = False) -> dict[str, Any]:
     """One step with a probe; what it saw. Errors (0.29+ without the shim: TypeError) are reported, not raised."""
     try:
         if enable:
             import compatshim
 
             compatshim.enable()
+        if auto:
+            import compatshim.auto  # enables the shim by being imported
         import inspect
 
         import composer
@@ -103,7 +105,7 @@ def main() -> None:
         'hook_armed': any(type(f).__name__ == 'ComposerImportHook' for f in sys.meta_path),
         'chained': bool(getattr(sys.modules.get('sitecustomize'), 'CHAINED', False)),
     }
-    result['main'] = train(enable='--enable' in args, workers='--workers' in args)
+    result['main'] = train(enable='--enable' in args, workers='--workers' in args, auto='--auto' in args)
     if '--workers' in args:
         result['worker_modules'] = json.loads(out.with_suffix('.worker0.json').read_text())
     children = args[args.index('--children') + 1].split(',') if '--children' in args else []

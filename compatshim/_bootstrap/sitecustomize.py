@@ -25,10 +25,10 @@ def _compatshim():
     from importlib.util import module_from_spec, spec_from_file_location
 
     spec = spec_from_file_location('compatshim', init, submodule_search_locations=[_PACKAGE])
-    module = module_from_spec(spec)
+    module = module_from_spec(spec)  # type: ignore[arg-type]  # a file that exists always has a spec
     sys.modules['compatshim'] = module
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]  # and a source loader
     except BaseException:
         del sys.modules['compatshim']
         raise

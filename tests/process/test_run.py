@@ -10,6 +10,7 @@ interpreter (the bootstrap, spawn children, a sourceless Composer, patching by c
   child; an existing ``sitecustomize`` that must still run.
 - ``kill-switch``: ``COMPATSHIM_DISABLE=1`` under ``compatshim run``: the hook is armed, nothing is patched. It is also
   the control of this harness: without the shim, the run must fail its placement checks on every affected release.
+- ``auto``: no ``compatshim run`` at all: the script's first import is ``import compatshim.auto``.
 - ``sourceless``: a byte-compiled copy of the installed Composer with no ``.py`` file left (as in slim images), under
   ``--stage microbatch`` (and, on affected releases, reporting itself as the untested ``0.33.0.dev0`` with
   ``--allow-untested``: the family is found from code objects), with a script that also calls ``enable()``, and a
@@ -36,7 +37,7 @@ TESTS = Path(__file__).resolve().parents[1]
 JOB = TESTS / 'run_job.py'
 CHAINED_SITECUSTOMIZE = 'CHAINED = True  # an existing sitecustomize that compatshim run must still run\n'
 #: Which scenarios each role starts (the tests below carry the same places).
-STARTED = {'family': ('tree', 'kill-switch', 'sourceless'), 'python': ('sourceless',)}
+STARTED = {'family': ('tree', 'kill-switch', 'auto', 'sourceless'), 'python': ('sourceless',)}
 
 
 def sourceless_copy(root: Path) -> Path:
@@ -68,6 +69,8 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         )
     if 'kill-switch' in STARTED.get(role(), ()):
         scenarios['kill-switch'] = ([*run, '--', *job, str(tmp / 'kill-switch.json')], {'COMPATSHIM_DISABLE': '1'})
+    if 'auto' in STARTED.get(role(), ()):
+        scenarios['auto'] = ([*job, str(tmp / 'auto.json'), '--auto'], {})
     if 'sourceless' in STARTED.get(role(), ()):
         path = [str(sourceless_copy(tmp / 'sourceless'))]
         untested = ['--allow-untested'] if IS_AFFECTED else []
@@ -164,6 +167,21 @@ def test_kill_switch_wins(runs: dict[str, Any]) -> None:
     if IS_AFFECTED:
         assert [w for w in report['main']['warnings'] if 'COMPATSHIM_DISABLE is set' in w] == report['main']['warnings']
         assert len(report['main']['warnings']) == 1
+
+
+# --- import compatshim.auto -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.runs_in('family')
+def test_import_compatshim_auto(runs: dict[str, Any]) -> None:
+    """``import compatshim.auto`` enables the shim as ``compatshim run`` would: patched on an affected release,
+    left alone on 0.24.1, with no warning."""
+    report = _report(runs, 'auto')
+    assert report['start_modules'] == [] and report['hook_armed'] is False
+    main = report['main']
+    assert main['verdict'] == ('patched' if IS_AFFECTED else 'unaffected') and main['warnings'] == []
+    assert bool(main['patches']) is IS_AFFECTED
+    _placed_and_coherent(main)
 
 
 # --- sourceless, untested, stage microbatch, a script that also enables ----------------------------------------------

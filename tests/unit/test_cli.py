@@ -32,6 +32,16 @@ def test_import_patches_nothing_and_imports_nothing_heavy() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_import_compatshim_auto_without_composer() -> None:
+    """As under compatshim run, where the import hook never fires: no Composer, nothing happens, nothing heavy."""
+    code = (
+        'import sys, compatshim.auto, compatshim; print(compatshim.status().verdict.value); '
+        "assert not {'torch', 'composer'} & set(sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == 'not installed', proc.stderr
+
+
 @pytest.mark.parametrize(
     ('args', 'env', 'code', 'message'),
     [

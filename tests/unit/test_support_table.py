@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,9 @@ from packaging.version import Version
 from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, UNAFFECTED, Family, family_of
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / 'matrix'))
 
-
-def _expand(spec: str) -> list[str]:
-    """Expand tox's ``a{x,y}-b`` generative names."""
-    match = re.search(r'\{([^}]*)\}', spec)
-    if not match:
-        return [spec]
-    return [n for alt in match.group(1).split(',') for n in _expand(spec[: match.start()] + alt + spec[match.end() :])]
+import plan  # noqa: E402 - matrix/plan.py: tox.ini's envs and labels, expanded (what CI plans from)
 
 
 def _tox() -> configparser.ConfigParser:
@@ -33,17 +29,13 @@ TOOLING_ENVS = ['unit', 'lint', 'build', 'gpu-kit-offline']
 
 
 def test_tox_env_list_is_the_table_on_cpu() -> None:
-    envs = [e for line in _tox()['tox']['env_list'].split() for e in _expand(line)]
+    envs = plan.tox_config()[0]
     assert [e for e in envs if e not in TOOLING_ENVS] == [f'{row.env}-cpu' for row in TESTED_RELEASES]
     assert all(e in envs for e in TOOLING_ENVS)
 
 
 def _labels() -> dict[str, list[str]]:
-    labels = {}
-    for line in _tox()['tox']['labels'].strip().splitlines():
-        name, _, value = line.partition('=')
-        labels[name.strip()] = [e for part in value.split(', ') for e in _expand(part.strip())]
-    return labels
+    return plan.tox_config()[1]
 
 
 @pytest.mark.parametrize('device', ['cuda', 'mps'])
@@ -59,7 +51,7 @@ BENCHED = [row for row in TESTED_RELEASES if row.python == DEFAULT_PYTHON]
 def test_report_labels_bench_every_release_then_judge(label: str, device: str) -> None:
     """`tox -m report` benches every row (default Python) on the device, then runs the report env after them all."""
     assert _labels()[label] == [f'bench-{row.env}-{device}' for row in BENCHED] + ['report']
-    depends = [e for line in _tox()['testenv:report']['depends'].split() for e in _expand(line)]
+    depends = [e for line in _tox()['testenv:report']['depends'].split() for e in plan.expand(line)]
     assert {f'bench-{row.env}-{device}' for row in BENCHED} <= set(depends)
 
 
