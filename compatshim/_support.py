@@ -1,8 +1,9 @@
 """The support table: which Composer releases compatshim knows, and what each needs.
 
 This module is the single source of truth for version gating. The code gates on it, ``tox.ini`` has one env per
-row of :data:`TESTED_RELEASES`, ``matrix/`` has one frozen requirement file per row, and the README's support table
-is generated from it (a test checks that all of them agree). It imports nothing heavy: only :mod:`packaging`.
+row of :data:`TESTED_RELEASES` (and the CI workflow plans from tox.ini), ``matrix/`` has one frozen requirement file
+per row, and the README's support table has one line per row (``tests/unit/test_support_table.py`` checks that all of
+them agree). It imports nothing heavy: only :mod:`packaging`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from compatshim._api import Verdict
 from compatshim._state import STATE
 from compatshim.errors import CompatShimWarning
 
-__all__ = ['Leg', 'conclude', 'diagnose', 'main', 'run', 'text']
+__all__ = ['SelfCheck', 'conclude', 'diagnose', 'main', 'run', 'text']
 
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
 _PATCH_TARGETS = (
@@ -43,7 +43,7 @@ _PATCH_TARGETS = (
 
 
 @dataclasses.dataclass
-class Leg:
+class SelfCheck:
     """One self-check run: where the probe saw the batch in each loop, and whether training was coherent."""
 
     shim: bool
@@ -66,13 +66,13 @@ def _devices() -> dict[str, bool]:
     return {'cuda': torch.cuda.is_available(), 'mps': bool(mps and mps.is_available())}
 
 
-def _self_check(kind: str, shim: bool) -> Leg:
+def _self_check(kind: str, shim: bool) -> SelfCheck:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     from compatshim.testing import observable_device, placement
 
-    leg = Leg(shim=shim)
+    leg = SelfCheck(shim=shim)
     calls: dict[str, list[str]] = {'train': [], 'eval': [], 'predict': []}
     draws: list[float] = []
     seen: list[torch.Tensor] = []
@@ -243,7 +243,7 @@ def diagnose(
     if child['missing']:
         report['summary'] = child['missing']
         return report
-    without, with_shim = Leg(**child['without_shim']), Leg(**child['with_shim'])
+    without, with_shim = SelfCheck(**child['without_shim']), SelfCheck(**child['with_shim'])
     report['self_check'] = {
         'device': 'fake accelerator (cpu)' if child['kind'] == 'cpu' else child['kind'],
         'without_shim': child['without_shim'],
@@ -257,7 +257,7 @@ def diagnose(
 
 
 def conclude(
-    without: Leg, with_shim: Leg, stage: str, *, was_active: bool, killed: bool, enable_error: Optional[str]
+    without: SelfCheck, with_shim: SelfCheck, stage: str, *, was_active: bool, killed: bool, enable_error: Optional[str]
 ) -> tuple[int, str]:
     """The exit code and the one-line summary, from the two self-check legs (the doctor's rules, in one place)."""
     if without.fixed('batch'):

@@ -69,9 +69,8 @@ def prepare(out: Path, releases: tuple[str, ...], python: str, platform: str) ->
         )
     subprocess.run([*pip, 'wheel', '--quiet', '--no-deps', '-w', out, ROOT], check=True)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-    print(
-        f'gpu_kit prepare: {len(list(out.glob("*.whl")))} wheels, {size:.1f} MiB ({time.monotonic() - started:.0f} s)'
-    )
+    wheels = len(list(out.glob('*.whl')))
+    print(f'gpu_kit prepare: {wheels} wheels, {size:.1f} MiB ({time.monotonic() - started:.0f} s)')
     return 0
 
 
@@ -92,7 +91,7 @@ def _torch_closure() -> set[str]:
     return seen
 
 
-def _step(label: str, command: list[str], env: dict[str, str], log: list[str]) -> bool:
+def _step(log: list[str], env: dict[str, str], label: str, *command: str) -> bool:
     started = time.monotonic()
     print(f'gpu_kit: {label} ...', flush=True)
     code = subprocess.run(command, cwd=ROOT, env=env).returncode
@@ -103,62 +102,38 @@ def _step(label: str, command: list[str], env: dict[str, str], log: list[str]) -
 
 def run(args: argparse.Namespace, work: Path) -> int:
     """Per release: a venv over this interpreter, the offline install, the device tests, the bench; then the report."""
-    started, log, ok = time.monotonic(), [], True
-    keep_base = _torch_closure()
-    results = work / 'results'
+    started, log, ok, keep_base, results = time.monotonic(), [], True, _torch_closure(), work / 'results'
     env = {k: v for k, v in os.environ.items() if not k.startswith(('TOX_', 'COMPATSHIM_')) and k != 'VIRTUAL_ENV'}
     env.update(COMPATSHIM_TEST_DEVICE=args.device, OMP_NUM_THREADS=env.get('OMP_NUM_THREADS', '1'), PIP_NO_INDEX='1')
     for release in args.releases:
-        venv = work / f'venv-{release}'
+        venv, reqs = work / f'venv-{release}', work / f'{release}.txt'
         python = str(venv / 'bin' / 'python')
-        pins = [
-            p
-            for p in (args.wheelhouse / f'{release}.txt').read_text().split()
-            if _norm(re.split('[=<>!~]', p)[0]) not in keep_base
-        ]
-        (work / f'{release}.txt').write_text('\n'.join(pins) + '\n')
-        install = [sys.executable, '-m', 'pip', '--python', python, 'install', '--quiet', '--no-index', '--no-deps']
+        pins = (args.wheelhouse / f'{release}.txt').read_text().split()
+        reqs.write_text(''.join(f'{p}\n' for p in pins if _norm(re.split('[=<>!~]', p)[0]) not in keep_base))
+        pip = [sys.executable, '-m', 'pip', '--python', python, 'install', '-q', '--no-index', '--no-deps']
+        make = [sys.executable, '-m', 'venv', '--without-pip', '--system-site-packages', str(venv)]
         if not (
-            _step(
-                f'{release} venv',
-                [sys.executable, '-m', 'venv', '--without-pip', '--system-site-packages', str(venv)],
-                env,
-                log,
-            )
+            _step(log, env, f'{release} venv', *make)
             and _see_base(python)
-            and _step(
-                f'{release} install',
-                [*install, '--find-links', str(args.wheelhouse), '-r', str(work / f'{release}.txt'), 'compatshim'],
-                env,
-                log,
-            )
+            and _step(log, env, f'{release} install', *pip, '-f', str(args.wheelhouse), '-r', str(reqs), 'compatshim')
         ):
             ok = False
             continue
         if args.tests:
-            ok &= _step(
-                f'{release} device tests',
-                [python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *args.tests],
-                env,
-                log,
-            )
-        bench = [
-            '-m',
-            'compatshim',
-            'bench',
-            '--device',
-            args.device,
-            '--size',
-            args.size,
-            '--out',
-            str(results / f'{release}.json'),
-        ]
-        ok &= _step(f'{release} bench ({args.device}, size {args.size})', [python, *bench], env, log)
+            tests = [python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *args.tests]
+            ok &= _step(log, env, f'{release} device tests', *tests)
+        out = str(results / f'{release}.json')
+        bench = ['-m', 'compatshim', 'bench', '--device', args.device, '--size', args.size, '--out', out]
+        ok &= _step(log, env, f'{release} bench ({args.device}, size {args.size})', python, *bench)
     if list(results.glob('*.json')):
         report = ['-m', 'compatshim', 'report', '--results', str(results), '--baselines', str(args.baselines)]
         report += ['--out', str(args.out)] + (['--record'] if args.record_if_missing else [])
-        has_png = subprocess.run([python, '-c', 'import matplotlib'], capture_output=True).returncode == 0
-        ok &= _step('report', [python, *report] + ([] if has_png else ['--no-png']), env, log)
+        png = (
+            []
+            if subprocess.run([python, '-c', 'import matplotlib'], capture_output=True).returncode == 0
+            else ['--no-png']
+        )
+        ok &= _step(log, env, 'report', python, *report, *png)
     print(f'gpu_kit: done in {time.monotonic() - started:.0f} s\n  ' + '\n  '.join(log), flush=True)
     return 0 if ok else 1
 
@@ -166,12 +141,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
 def _see_base(python: str) -> bool:
     """Let the venv see this interpreter's packages (its torch) after its own, also when this interpreter is itself a
     venv (``--system-site-packages`` reaches only the base installation's)."""
-    purelib = subprocess.run(
-        [python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    where = [python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))']
+    purelib = subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip()
     ours = {sysconfig.get_path('purelib'), sysconfig.get_path('platlib')}
     (Path(purelib) / '_gpu_kit_base.pth').write_text(''.join(f'{path}\n' for path in sorted(ours)))
     return True

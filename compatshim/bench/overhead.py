@@ -1,6 +1,6 @@
 """The shim's own cost per batch, to the microsecond: its hook path against calling the move and the transform directly.
 
-The timed legs of :mod:`compatshim.bench.run` cannot resolve a few microseconds inside a step of milliseconds. This
+The timed legs of :mod:`compatshim.bench.measure` cannot resolve a few microseconds inside a step of milliseconds. This
 micro-benchmark takes the DataSpec hooks the shim installs on a real Composer ``DataSpec`` and calls them as the
 trainer does for one batch of one microbatch, inside a loop frame on the trainer's own ``Device``:
 

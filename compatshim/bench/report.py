@@ -101,8 +101,11 @@ def markdown(judged: list[Judged], device: str) -> str:
         res, hook = r.result, r.result.hook_overhead_us
         hooks = ' · '.join(_spread(hook[s], '.1f') for s in ('batch', 'microbatch') if s in hook) or 'n/a'
         bytes_ratio = res.recipe.bytes_shim_vs_unpatched
+        planted = (f' (PLANTED: transform {res.planted_slowdown:.0%} slower)' if res.planted_slowdown else '') + (
+            f' (PLANTED: +{res.planted_hook_us:g} µs per hook call)' if res.planted_hook_us else ''
+        )
         out.append(
-            f'| {res.env} | {res.family} | {_spread(res.ratios.get("shim-batch/unpatched", []))} '
+            f'| {res.env}{planted} | {res.family} | {_spread(res.ratios.get("shim-batch/unpatched", []))} '
             f'| {r.outcome("shim-batch/unpatched")} '
             f'| {_spread(res.ratios.get("shim-microbatch/native-microbatch", []))} '
             f'| {r.outcome("shim-microbatch/native-microbatch")} '

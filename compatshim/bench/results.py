@@ -84,7 +84,7 @@ class BenchResult:
     torch: str
     device: str
     family: str  # 'host', 'dropped', 'rejected' or 'unaffected'
-    fingerprint: dict[str, Any]  # what must match for microseconds and absolute numbers to compare
+    fingerprint: dict[str, Any]  # the machine and software it ran on (judge.MATCH_KEYS: what µs need to match)
     measured_at: str
     legs: dict[str, LegResult]  # the augment workload, timed
     #: Per-round ratios of two legs' throughput, from the same rounds: ``'shim-batch/unpatched'`` and the like.

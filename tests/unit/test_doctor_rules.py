@@ -10,35 +10,35 @@ from typing import Any, Optional
 
 import pytest
 
-from compatshim.doctor import EXIT_AFFECTED, EXIT_NOT_FIXED, EXIT_OK, Leg, conclude
+from compatshim.doctor import EXIT_AFFECTED, EXIT_NOT_FIXED, EXIT_OK, SelfCheck, conclude
 
 ON_DEVICE: dict[str, Any] = {'train': 'device', 'eval': 'device', 'predict': 'device', 'coherent': True}
-HOST = Leg(shim=False, train='host', eval='host', predict='device', coherent=False)
-DROPPED = Leg(shim=False, train='never called', eval='never called', predict='never called')
-REJECTED = Leg(
+HOST = SelfCheck(shim=False, train='host', eval='host', predict='device', coherent=False)
+DROPPED = SelfCheck(shim=False, train='never called', eval='never called', predict='never called')
+REJECTED = SelfCheck(
     shim=False, train='error', eval='error', predict='error', error="TypeError: unexpected 'device_transforms'"
 )
 
 
-def _conclude(without: Leg, with_shim: Leg, stage: str = 'batch', **kw: Any) -> tuple[int, str]:
+def _conclude(without: SelfCheck, with_shim: SelfCheck, stage: str = 'batch', **kw: Any) -> tuple[int, str]:
     settings: dict[str, Any] = {'was_active': False, 'killed': False, 'enable_error': None, **kw}
     return conclude(without, with_shim, stage, **settings)
 
 
 def test_unaffected() -> None:
-    assert _conclude(Leg(False, **ON_DEVICE), Leg(True, **ON_DEVICE))[0] == EXIT_OK
+    assert _conclude(SelfCheck(False, **ON_DEVICE), SelfCheck(True, **ON_DEVICE))[0] == EXIT_OK
 
 
 @pytest.mark.parametrize('without', [HOST, DROPPED, REJECTED], ids=['host', 'dropped', 'rejected'])
 @pytest.mark.parametrize(('was_active', 'code'), [(False, EXIT_AFFECTED), (True, EXIT_OK)])
-def test_affected_and_fixed(without: Leg, was_active: bool, code: int) -> None:
-    exit_code, summary = _conclude(without, Leg(True, **ON_DEVICE), was_active=was_active)
+def test_affected_and_fixed(without: SelfCheck, was_active: bool, code: int) -> None:
+    exit_code, summary = _conclude(without, SelfCheck(True, **ON_DEVICE), was_active=was_active)
     assert exit_code == code
     assert ('is enabled' in summary) is was_active and ('compatshim run' in summary) is not was_active
 
 
 def test_stage_microbatch_is_fixed_without_coherence() -> None:
-    with_shim = Leg(True, **{**ON_DEVICE, 'coherent': False})
+    with_shim = SelfCheck(True, **{**ON_DEVICE, 'coherent': False})
     assert _conclude(HOST, with_shim, 'microbatch')[0] == EXIT_AFFECTED
     assert _conclude(HOST, with_shim, 'batch')[0] == EXIT_NOT_FIXED  # stage batch promises coherence
 
