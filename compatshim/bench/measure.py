@@ -4,9 +4,10 @@ Legs (:data:`~compatshim.bench.LEGS`) are real Composer Trainers on the same wor
 transform is passed and whether the shim is on. Two workloads (:mod:`~compatshim.bench.workload`): ``augment`` is
 timed; ``recipe`` (uint8 images) shows what crosses to the device. Placement, coherence and bytes come from two
 untimed steps per leg on an *observable* device (the CPU fake accelerator on cpu, the real device on cuda/mps). Then
-the augment legs take turns, in a shuffled order each round (seeded), after one warm-up round; a window is one
-``fit(duration='1ep')``, synchronised at its edges only. Same-run ratios pair the windows of one round, so a machine
-that slows down slows both legs of a ratio. Last, :mod:`~compatshim.bench.overhead` times the shim's own hook path.
+the augment legs are timed in rounds, after one warm-up round: a window is one ``fit(duration='1ep')``; the two legs
+of each gated ratio run back to back, A B B A, in every round (:func:`_schedule`); windows are timed in this process's
+CPU time on cpu and in wall-clock time, the device synchronised at their edges, on cuda/mps (:func:`_clock`). The
+ratios pair a round's mean windows of two legs. Last, :mod:`~compatshim.bench.overhead` times the shim's own hook path.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from compatshim.bench.workload import SIZES, WORKLOADS, Size, Workload
 __all__ = ['LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
 
 #: Ratios of two legs' per-round throughput (higher: the first leg is faster). The first two are gated (both legs do
-#: the same work); ``shim-microbatch/unpatched`` (two half-batch transform calls against one) is reported.
+#: the same work, and run back to back in every round); ``shim-microbatch/unpatched`` (two half-batch transform
+#: calls against one) is reported.
 RATIOS = (('shim-batch', 'unpatched'), ('shim-microbatch', 'native-microbatch'), ('shim-microbatch', 'unpatched'))
 
 
@@ -168,16 +170,19 @@ def _synchronize(device: str) -> None:
 
 
 class _Planted:
-    """The transform, made ``fraction`` slower (sleeps that share of each call's time): a planted regression."""
+    """The transform, made ``fraction`` slower: after each call it spins for that share of the call's time, on the
+    clock the windows are timed with (a planted regression)."""
 
     def __init__(self, fn: Any, fraction: float, device: str) -> None:
-        self.fn, self.fraction, self.device = fn, fraction, device
+        self.fn, self.fraction, self.device, self.clock = fn, fraction, device, _clock(device)
 
     def __call__(self, batch: Any) -> Any:
-        start = time.perf_counter()
+        start = self.clock()
         out = self.fn(batch)
         _synchronize(self.device)
-        time.sleep(self.fraction * (time.perf_counter() - start))
+        end = self.clock() + self.fraction * (self.clock() - start)
+        while self.clock() < end:
+            pass
         return out
 
 
@@ -280,35 +285,61 @@ def _plain(device: str, size: Size, workload: Workload) -> dict[str, str]:
     return {'outcome': 'host', 'words': words}
 
 
+def _clock(device: str) -> Callable[[], float]:
+    """What a window is timed with. On cpu the CPU time of this process: the legs run on the host, one torch thread,
+    so that is their whole cost, and time the machine gives to other processes does not count (wall-clock windows
+    on the shared 2-core machine moved a same-work ratio by 14% under load). On cuda/mps the wall clock, the device
+    synchronised at the window's edges."""
+    return time.process_time if device == 'cpu' else time.perf_counter
+
+
+def _schedule(names: list[str], round_: int) -> list[str]:
+    """One round's windows, in order: each gated pair of legs back to back as A B B A (or B A A B), so that whatever
+    else the machine does in that second, and any drift, touches both legs of a ratio alike; pairs and the remaining
+    leg in a shuffled order (seeded by the round)."""
+    rng = random.Random(round_)
+    pairs = [[b, a] for a, b in RATIOS[:2] if a in names and b in names]
+    groups = [[*pair, *reversed(pair)] if rng.random() < 0.5 else [*reversed(pair), *pair] for pair in pairs]
+    groups += [[name] for name in names if not any(name in pair for pair in pairs)]
+    return [name for group in rng.sample(groups, len(groups)) for name in group]
+
+
 def _time(
     legs: list[LegPlan], trainers: dict[str, Any], device: str, rounds: int, say: Callable[[str], None]
-) -> dict[str, list[float]]:
-    """The interleaved timing loop: seconds per window, per leg (one warm-up round first, not kept)."""
-    seconds: dict[str, list[float]] = {leg.name: [] for leg in legs}
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The timing loop (one warm-up round first, not kept): seconds per window per leg, and per round (the mean of a
+    leg's windows in that round, what its ratios pair)."""
+    windows: dict[str, list[float]] = {leg.name: [] for leg in legs}
+    per_round: dict[str, list[float]] = {leg.name: [] for leg in legs}
+    clock = _clock(device)
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, i.e. Composer's own objects.
     compatshim.enable()
     try:
         for round_ in range(rounds + 1):  # round 0 is the warm-up
-            for leg in random.Random(round_).sample(legs, len(legs)):
+            spent: dict[str, list[float]] = {name: [] for name in windows}
+            for name in _schedule(list(windows), round_):
                 gc.collect()
                 gc.disable()  # as timeit does: no collector pauses inside a window
                 try:
                     _synchronize(device)
-                    start = time.perf_counter()
-                    trainers[leg.name].fit(duration='1ep')
+                    start = clock()
+                    trainers[name].fit(duration='1ep')
                     _synchronize(device)
-                    elapsed = time.perf_counter() - start
+                    elapsed = clock() - start
                 finally:
                     gc.enable()
-                if round_:
-                    seconds[leg.name].append(elapsed)
+                spent[name].append(elapsed)
+            if round_:
+                for name, times in spent.items():
+                    windows[name] += times
+                    per_round[name].append(sum(times) / len(times))
             say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
     finally:
         compatshim.disable()
         for trainer in trainers.values():
             trainer.close()
-    return seconds
+    return windows, per_round
 
 
 def measure(
@@ -370,12 +401,14 @@ def measure(
             trainers = {
                 leg.name: _trainer(leg, _composer_device(device), size, fns[leg.name], augment) for leg in timed
             }
-            seconds = _time(timed, trainers, device, size.rounds, say)
+            windows, per_round = _time(timed, trainers, device, size.rounds, say)
             hook = (
                 {}
                 if family_of(composer) is None
                 else {
-                    stage: overhead.hook_overhead_us(_composer_device(device), lambda: _synchronize(device), stage)
+                    stage: overhead.hook_overhead_us(
+                        _composer_device(device), lambda: _synchronize(device), stage, clock=_clock(device)
+                    )
                     for stage in ('batch', 'microbatch')
                 }
             )
@@ -383,12 +416,12 @@ def measure(
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
     samples = size.batch * size.steps
-    for name, values in seconds.items():
+    for name, values in windows.items():
         checked[name].samples_per_s = [samples / s for s in values]
     ratios = {
-        f'{a}/{b}': [tb / ta for ta, tb in zip(seconds[a], seconds[b])]
+        f'{a}/{b}': [tb / ta for ta, tb in zip(per_round[a], per_round[b])]
         for a, b in RATIOS
-        if a in seconds and b in seconds
+        if a in per_round and b in per_round
     }
     return BenchResult(
         env=env,

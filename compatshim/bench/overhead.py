@@ -49,17 +49,22 @@ def _hooks(data_spec: Any) -> tuple[Callable[[Any], Any], Optional[Callable[[Any
     raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is this release affected?)')
 
 
-def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
+def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock: Callable[[], float]) -> float:
     sync()
-    start = time.perf_counter()
+    start = clock()
     for _ in range(calls):
         fn()
     sync()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def hook_overhead_us(
-    device: Any, sync: Callable[[], None], stage: str, calls: int = CALLS, samples: int = SAMPLES
+    device: Any,
+    sync: Callable[[], None],
+    stage: str,
+    calls: int = CALLS,
+    samples: int = SAMPLES,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[float]:
     """Microseconds per batch that the shim's hook path spends beyond the direct path, one value per sample.
 
@@ -70,6 +75,7 @@ def hook_overhead_us(
             ``stage`` for the measurement and disabled again.
         calls: Calls per path per sample.
         samples: Number of samples.
+        clock: What the calls are timed with (the bench passes this process's CPU time on cpu).
     """
     from composer.core import DataSpec
 
@@ -106,8 +112,8 @@ def hook_overhead_us(
                 direct()
             out = []
             for _ in range(samples):
-                shim_s = _time(shim, calls, sync)
-                direct_s = _time(direct, calls, sync)
+                shim_s = _time(shim, calls, sync, clock)
+                direct_s = _time(direct, calls, sync, clock)
                 out.append((shim_s - direct_s) / calls * 1e6)
         return out
     finally:

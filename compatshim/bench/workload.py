@@ -47,7 +47,8 @@ class Size:
     image: int
     #: Optimizer steps per timing window (one epoch of the synthetic dataset).
     steps: int
-    #: Timed rounds (one window of every leg each), after one warm-up round.
+    #: Timed rounds, after one warm-up round: in each, the legs of a gated ratio take two windows each, back to back
+    #: (A B B A), every other leg one.
     rounds: int
     #: Blur kernel size (odd): the knob that makes the transform heavy.
     blur: int
@@ -56,7 +57,7 @@ class Size:
 #: ``cpu``: seconds per leg on 2 cores. ``gpu``: big enough to load an accelerator. ``tiny``: for the test suite.
 SIZES: dict[str, Size] = {
     'tiny': Size(batch=8, microbatch=4, image=16, steps=2, rounds=3, blur=3),
-    'cpu': Size(batch=32, microbatch=16, image=64, steps=24, rounds=10, blur=15),
+    'cpu': Size(batch=32, microbatch=16, image=64, steps=12, rounds=10, blur=15),
     'gpu': Size(batch=256, microbatch=64, image=224, steps=20, rounds=9, blur=31),
 }
 

@@ -54,8 +54,10 @@ def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> Non
 def test_rounds_ratios_and_hook_overhead(measured: tuple[BenchResult, Path]) -> None:
     result, _ = measured
     rounds = result.fingerprint['size']['rounds']
-    for leg in result.legs.values():
-        assert len(leg.samples_per_s) == (rounds if leg.available else 0)
+    native = result.legs['native-microbatch'].available
+    paired = {'unpatched', 'shim-batch'} | ({'shim-microbatch', 'native-microbatch'} if native else set())
+    for name, leg in result.legs.items():  # the legs of a gated ratio run A B B A: two windows per round
+        assert len(leg.samples_per_s) == (0 if not leg.available else 2 * rounds if name in paired else rounds), name
     assert len(result.ratios['shim-batch/unpatched']) == rounds
     assert ('shim-microbatch/native-microbatch' in result.ratios) is result.legs['native-microbatch'].available
     assert set(result.hook_overhead_us) == ({'batch', 'microbatch'} if IS_AFFECTED else set())
