@@ -2,18 +2,20 @@
 
     A metric's change is that of its median: current / baseline - 1 for a ratio or bytes, current - baseline for the
     hook overhead in µs per batch. It is a *regression* when it is worse by more than the minimum effect (MIN_EFFECT,
-    10%; MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA (0.01);
+    5%; MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA (0.01);
     *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when the change is beyond the
     minimum effect but the test does not support it, or there is no baseline; *ok* otherwise. Bytes per step are
-    deterministic (one value, no test): beyond the minimum effect is enough. Gated, where the shim patches: shim-batch /
-    unpatched and shim-microbatch / native-microbatch (two legs doing the same work, in the same rounds); the hook
-    overhead (against a baseline of the same machine only: µs belong to a CPU); bytes moved by the shim legs. Always:
-    the shim legs on the device and stage batch coherent, and nothing patched on an unaffected release. Absolute
-    throughput is reported, never judged. Any regression exits 1.
+    deterministic (one value, no test): beyond the minimum effect is enough. Gated, where the shim patches: the ratios
+    of two legs doing the same work in the same rounds (shim-microbatch / native-microbatch; shim-batch / unpatched on
+    cpu, where both run on the host); the hook overhead (against a baseline of the same machine only: µs belong to a
+    CPU); bytes moved by the shim legs. Always: the shim legs on the device and stage batch coherent, and nothing
+    patched on an unaffected release. Absolute throughput is reported, never judged. Any regression exits 1.
 
 Why these two numbers (as asv compare does: a factor and a rank test): the rank test is what makes a gate quiet on
-a shared machine — a run of noisy rounds can look 15% off and mean nothing, and the test says so; the minimum effect
-is what makes it quiet on a calm one — two sessions of unchanged code can differ by a few per cent, significantly.
+a shared machine — a run of noisy rounds can look far off and mean nothing, and the test says so; the minimum effect
+is what makes it quiet on a calm one — two sessions of unchanged code differ, significantly, by a little (here, with
+windows timed in CPU time: within 1% of the baselines, also under a load of 7-9 on 2 cores). 5% is above that and
+below what a real regression moves: a planted 20% slower transform moved the ratios by 12%.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ __all__ = [
 ]
 
 #: The smallest relative change of a ratio (or of bytes per step) that can be a regression.
-MIN_EFFECT = 0.10
+MIN_EFFECT = 0.05
 #: The smallest change of the hook overhead, in µs per batch, that can be a regression.
 MIN_EFFECT_US = 20.0
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
 ALPHA = 0.01
 #: The outcomes of a metric, worst first.
 OUTCOMES: tuple[str, ...] = ('regression', 'inconclusive', 'improved', 'ok')
-#: The same-run ratios the gate judges: both legs do the same work, so only the shim can move them.
+#: The same-run ratios the gate judges: both legs do the same work, so only the shim can move them. On cuda/mps the
+#: unpatched leg transforms on the host and shim-batch on the device: different work (that ratio is the speed-up).
 GATED_RATIOS: tuple[str, ...] = ('shim-batch/unpatched', 'shim-microbatch/native-microbatch')
 #: Fingerprint keys that must match for microseconds to compare (the machine, not the software under test).
 MATCH_KEYS: tuple[str, ...] = ('cpu_model', 'cpu_count', 'torch_threads', 'gpu', 'device')
@@ -189,7 +192,7 @@ def judge(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgemen
         outcome, reason = ('regression', f'enable() patched {patched}') if patched else ('ok', 'nothing patched')
         return out + [Judgement('patches on an unaffected release', outcome, reason)]
     for metric in GATED_RATIOS:
-        if result.ratios.get(metric):
+        if result.ratios.get(metric) and (result.device == 'cpu' or metric.endswith('/native-microbatch')):
             before = baseline.ratios.get(metric) if baseline else None
             out.append(compare_samples(metric, result.ratios[metric], before))
     return out + _overhead(result, baseline) + _bytes(result, baseline)

@@ -82,7 +82,7 @@ def test_a_twenty_percent_slower_shim_leg_is_a_regression(env: str, tmp_path: Pa
     code, _ = _report(tmp_path, slower)
     assert code == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith(f'REGRESSION {env} ') and 'baseline' in last and 'now' in last and 'threshold -10%' in last
+    assert last.startswith(f'REGRESSION {env} ') and 'baseline' in last and 'now' in last and 'threshold -5%' in last
     outcomes = {j.metric: j.outcome for j in judge.judge(slower, result)}
     assert outcomes['shim-batch/unpatched'] == 'regression'
     if 'shim-microbatch/native-microbatch' in result.ratios:
@@ -151,6 +151,16 @@ def test_on_an_unaffected_release_what_is_gated_is_that_nothing_is_patched() -> 
     ]
 
 
+def test_on_a_gpu_shim_batch_over_unpatched_is_the_speed_up_not_a_gate() -> None:
+    """On cuda/mps the unpatched leg transforms on the host and shim-batch on the device: not the same work, so that
+    ratio is reported (it is what the shim is for there), and stage batch is gated by placement, bytes and µs."""
+    result = recorded('composer0.28.0-cpu')
+    on_gpu = copy.deepcopy(result)
+    on_gpu.device = 'cuda'
+    metrics = {j.metric for j in judge.judge(_scaled(on_gpu, shim=0.5), on_gpu)}
+    assert 'shim-batch/unpatched' not in metrics and 'shim-microbatch/native-microbatch' in metrics
+
+
 def test_microseconds_only_compare_on_the_same_machine() -> None:
     result = recorded('composer0.28.0-cpu')
     elsewhere = _scaled(result, hook_us=50.0)
@@ -176,10 +186,10 @@ def test_microseconds_only_compare_on_the_same_machine() -> None:
             'improved',
         ),
         (
-            [0.95, 0.96, 0.94, 0.95, 0.97, 0.93, 0.96, 0.95],
+            [0.97, 0.98, 0.96, 0.97, 0.99, 0.95, 0.98, 0.97],
             [1.00, 0.99, 1.01, 1.00, 1.00, 1.02, 0.99, 1.01],
             'ok',
-        ),  # -5%: significant, below the minimum effect
+        ),  # -3%: significant, below the minimum effect
         (
             [0.40, 1.60, 0.70, 1.30, 0.60, 1.20, 0.50, 0.80],
             [1.00, 0.99, 1.01, 1.00, 1.00, 1.02, 0.99, 1.01],
