@@ -114,7 +114,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 def _report_command(args: argparse.Namespace) -> int:
     from compatshim.bench import judge, report, results
 
-    if not Path(args.baselines).is_dir():
+    if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
         print(f'compatshim report: --baselines {args.baselines}: no such directory', file=sys.stderr)
         return EXIT_ERROR
     try:

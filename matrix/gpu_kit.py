@@ -103,6 +103,7 @@ def _step(log: list[str], env: dict[str, str], label: str, *command: str) -> boo
 def run(args: argparse.Namespace, work: Path) -> int:
     """Per release: a venv over this interpreter, the offline install, the device tests, the bench; then the report."""
     started, log, ok, keep_base, results = time.monotonic(), [], True, _torch_closure(), work / 'results'
+    results.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(('TOX_', 'COMPATSHIM_')) and k != 'VIRTUAL_ENV'}
     env.update(COMPATSHIM_TEST_DEVICE=args.device, OMP_NUM_THREADS=env.get('OMP_NUM_THREADS', '1'), PIP_NO_INDEX='1')
     for release in args.releases:

@@ -267,8 +267,7 @@ def _planted(result: BenchResult) -> BenchResult:
 
 def test_report_records_missing_baselines_only(tmp_path: Path) -> None:
     result = recorded('composer0.26.1-cpu')
-    baselines = tmp_path / 'baselines'
-    baselines.mkdir()
+    baselines = tmp_path / 'baselines'  # not there yet: --record makes it (a device's first baselines)
     folder = tmp_path / 'results'
     folder.mkdir()
     (folder / 'r.json').write_text(json.dumps(result.to_json()))
@@ -303,12 +302,19 @@ def test_report_refuses_what_it_cannot_read(tmp_path: Path, capsys: Any) -> None
     assert not (tmp_path / 'out').exists()  # nothing half-done
 
 
-def test_gather_reads_results_and_reports_alike(tmp_path: Path) -> None:
-    """A directory of per-env results produced anywhere (CI artifacts) and a report.json give the same results."""
-    from_report = [r for r, _ in gather([REPORT / 'report.json'])]
+def test_results_gathered_from_runners_give_the_report_of_tox_e_report(tmp_path: Path) -> None:
+    """A directory of per-env results as CI's artifacts lay them out (``<device>/bench-<env>.json``, from any runners)
+    gives, through ``compatshim report`` (what the workflow's report job runs, as ``tox -e report``), the very report
+    ``tox -e report`` wrote from the same results: the committed one, byte for byte."""
+    results = [r for r, _ in gather([REPORT / 'report.json'])]
     folder = tmp_path / 'artifacts'
-    for result in from_report:
+    for result in results:
         (folder / result.device).mkdir(parents=True, exist_ok=True)
-        (folder / result.device / f'{result.env}.json').write_text(json.dumps(result.to_json()))
-    assert [r for r, _ in gather([folder])] == from_report
-    assert statistics.median(from_report[0].ratios['shim-batch/unpatched']) > 0
+        (folder / result.device / f'bench-{result.env}.json').write_text(json.dumps(result.to_json()))
+    assert [r for r, _ in gather([folder])] == results
+    out = tmp_path / 'report'
+    args = ['report', '--results', str(folder), '--baselines', 'matrix/baselines', '--out', str(out), '--no-png']
+    assert _cli.main(args) == 0
+    for name in ('report.md', 'report.json'):
+        assert (out / 'cpu' / name).read_text() == (REPORT / name).read_text(), name
+    assert statistics.median(results[0].ratios['shim-batch/unpatched']) > 0
