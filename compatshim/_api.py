@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import enum
 import importlib.metadata
-import os
 import warnings
 from collections.abc import Iterator
 from typing import Optional
@@ -86,10 +85,6 @@ def _parse(version: str) -> Optional[Version]:
         return None
 
 
-def _switch() -> str:
-    return os.environ.get(KILL_SWITCH, '').strip().lower()
-
-
 def _warn_once(key: str, message: str, category: type[Warning]) -> None:
     """One warning per process and reason, however many ``enable()`` calls (a script's and ``compatshim run``'s)."""
     if key not in STATE.warned:
@@ -115,7 +110,7 @@ def status() -> ShimStatus:
     elif table_family is not None:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
-        if _switch() in ('1', 'true', 'yes', 'on'):
+        if _settings.kill_switch_on():
             detail = (
                 f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so '
                 'enable() patches nothing.'

@@ -29,6 +29,7 @@ __all__ = [
     'KILL_SWITCH',
     'STAGE_VAR',
     'Settings',
+    'kill_switch_on',
     'resolve',
 ]
 
@@ -53,6 +54,11 @@ class Settings:
     allow_untested: bool
     killed: bool
     ignored: tuple[str, ...] = ()
+
+
+def kill_switch_on(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether :data:`KILL_SWITCH` is on (a value that is not allowed counts as off: for messages; never raises)."""
+    return (os.environ if environ is None else environ).get(KILL_SWITCH, '').strip().lower() in _TRUE
 
 
 def _flag(variable: str, value: str) -> bool:

@@ -342,6 +342,16 @@ def _time(
     return windows, per_round
 
 
+def _hook_overhead(device: str) -> dict[str, list[float]]:
+    """µs per batch of the shim's hook path beyond the direct path, at each stage, on the windows' clock."""
+    return {
+        stage: overhead.hook_overhead_us(
+            _composer_device(device), lambda: _synchronize(device), stage, clock=_clock(device)
+        )
+        for stage in ('batch', 'microbatch')
+    }
+
+
 def measure(
     device: str = 'cpu',
     size_name: str = 'cpu',
@@ -402,16 +412,7 @@ def measure(
                 leg.name: _trainer(leg, _composer_device(device), size, fns[leg.name], augment) for leg in timed
             }
             windows, per_round = _time(timed, trainers, device, size.rounds, say)
-            hook = (
-                {}
-                if family_of(composer) is None
-                else {
-                    stage: overhead.hook_overhead_us(
-                        _composer_device(device), lambda: _synchronize(device), stage, clock=_clock(device)
-                    )
-                    for stage in ('batch', 'microbatch')
-                }
-            )
+            hook = _hook_overhead(device) if family_of(composer) is not None else {}  # unaffected: no hook
             say('hook overhead measured')
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it

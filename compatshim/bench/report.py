@@ -136,7 +136,8 @@ def markdown(judged: list[Judged], device: str) -> str:
         '',
         '## Per leg (augment workload)',
         '',
-        '| env | leg | placement | coherence | calls/step | H→D MiB/step | samples/s (median ± IQR) |',
+        '| env | leg | placement | coherence | calls/step | H→D MiB/step '
+        '| samples/s (median ± IQR; cpu: per CPU-second) |',
         '|---|---|---|---|---|---|---|',
     ]
     for r in judged:
