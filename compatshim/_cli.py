@@ -118,12 +118,13 @@ def _report_command(args: argparse.Namespace) -> int:
         print(f'compatshim report: --baselines {args.baselines}: no such directory', file=sys.stderr)
         return EXIT_ERROR
     try:
-        found = [r for r, _ in results.gather(args.results)]
+        found = results.gather(args.results)
     except ValueError as exc:
         print(f'compatshim report: {exc}', file=sys.stderr)
         return EXIT_ERROR
     if args.envs:
-        found = [r for r in found if r.env in args.envs.split(',') or r.env.rsplit('-', 1)[0] in args.envs.split(',')]
+        wanted = set(args.envs.split(','))
+        found = [r for r in found if r.env in wanted or r.env.rsplit('-', 1)[0] in wanted]
     if not found:
         print(
             f'compatshim report: no bench results in {", ".join(args.results)}; measure them first '

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import sysconfig
 import tempfile
@@ -26,7 +27,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
 from device import DEVICE, make_device  # noqa: E402,F401 (re-exported to the tests)
-from matrix_env import COMPOSER, FAMILY, IS_AFFECTED, ROLE, envs_of  # noqa: E402
+from matrix_env import COMPOSER, FAMILY, FAMILY_NAME, IS_AFFECTED, ROLE, envs_of  # noqa: E402
 
 import compatshim  # noqa: E402
 from compatshim._state import STATE  # noqa: E402
@@ -155,7 +156,7 @@ def runs_here(where: tuple[str, ...]) -> bool:
     here = role()
     for place in where:
         wanted, _, family = place.partition(':')
-        if wanted == here and (not family or family == (FAMILY.value if FAMILY else 'unaffected')):
+        if wanted == here and family in ('', FAMILY_NAME):
             return True
     return False
 
@@ -180,8 +181,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 
 def pytest_report_header(config: Any) -> str:
-    composer = f'Composer {COMPOSER} ({FAMILY.value if FAMILY else "unaffected"})' if COMPOSER else 'no Composer'
-    return f'compatshim: {composer}, role {ROLE}, device {DEVICE}'
+    composer = f'Composer {COMPOSER} ({FAMILY_NAME})' if COMPOSER else 'no Composer'
+    return f'compatshim: {composer}, role {role()}, device {DEVICE}'
 
 
 # --- What a run cost: child processes that imported Composer ----------------------------------------------------------
@@ -213,6 +214,7 @@ _NOT_RUN = pytest.StashKey[dict[str, str]]()
 _RAN = pytest.StashKey[set[str]]()
 _COST = pytest.StashKey[Counter[str]]()
 _LOG = pytest.StashKey[Path]()
+_TOTAL = pytest.StashKey[int]()
 
 
 def _site_packages() -> Path:
@@ -262,24 +264,28 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 def pytest_sessionfinish(session: Any) -> None:
     config = session.config
-    for suffix in ('.pth', '.py'):
-        if _LOG in config.stash:
+    if _LOG in config.stash:  # the count, then nothing of the counter is left behind
+        config.stash[_TOTAL] = _imports(config)
+        for suffix in ('.pth', '.py'):
             (_site_packages() / f'{_COUNTER}{suffix}').unlink(missing_ok=True)
+        shutil.rmtree(config.stash[_LOG], ignore_errors=True)
     work, env = os.environ.get('TOX_WORK_DIR'), os.environ.get('TOX_ENV_NAME')
     if work and env:  # read by toxfile.py at the end of the tox run
         record = Path(work) / '.not-run' / f'{env}.json'
         record.parent.mkdir(parents=True, exist_ok=True)
         not_run = {k: v for k, v in config.stash[_NOT_RUN].items() if k not in config.stash[_RAN]}
-        counted = _imports(config) if _LOG in config.stash else None
+        counted = config.stash.get(_TOTAL, None)
         record.write_text(json.dumps({'ran': sorted(config.stash[_RAN]), 'not_run': not_run, 'imports': counted}))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: Any) -> None:
     write = terminalreporter.write_line
-    if _LOG in config.stash:
+    if _TOTAL in config.stash:
         cost = config.stash[_COST]
         detail = ', '.join(f'{module} {n}' for module, n in cost.most_common())
-        write(f'compatshim: {_imports(config)} child processes imported Composer' + (f' ({detail})' if detail else ''))
+        write(
+            f'compatshim: {config.stash[_TOTAL]} child processes imported Composer' + (f' ({detail})' if detail else '')
+        )
     else:
         write('compatshim: child processes that import Composer are counted under tox only')
     deselected = Counter(v for k, v in config.stash[_NOT_RUN].items() if v.startswith('runs in '))

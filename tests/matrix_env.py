@@ -31,6 +31,7 @@ from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, Famil
 __all__ = [
     'COMPOSER',
     'FAMILY',
+    'FAMILY_NAME',
     'FAMILY_ROWS',
     'IS_AFFECTED',
     'ROLE',
@@ -49,6 +50,8 @@ def _installed(name: str) -> Optional[str]:
 COMPOSER = _installed('mosaicml')
 FAMILY: Optional[Family] = family_of(COMPOSER) if COMPOSER is not None and COMPOSER in AFFECTED else None
 IS_AFFECTED = FAMILY is not None
+#: The family's name as ``runs_in('family:<name>')`` writes it (``unaffected`` for 0.24.1 and older).
+FAMILY_NAME = FAMILY.value if FAMILY else 'unaffected'
 PYTHON = f'{sys.version_info.major}.{sys.version_info.minor}'
 
 

@@ -112,7 +112,8 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BenchResult:
-        """Read a stored result; a result of another schema is refused, naming it."""
+        """Read a stored result (keys it does not know, such as a report's judgements, are left out); a result of
+        another schema is refused, naming it."""
         if not isinstance(data, dict) or data.get('schema') != SCHEMA:
             found = data.get('schema') if isinstance(data, dict) else type(data).__name__
             raise ValueError(f'a bench result of schema {found!r}, expected {SCHEMA}: measure it again')
@@ -128,17 +129,16 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
 
 
-def gather(paths: Iterable[PathLike]) -> list[tuple[BenchResult, dict[str, Any]]]:
+def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
     """Every result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives the
-    results it holds), each with the judgement recorded beside it (``{}`` for a bench result). Sorted by device,
-    Composer release, torch.
+    results it holds, without the judgements recorded beside them), sorted by device, Composer release, torch.
 
     Raises:
-        ValueError: A file is neither a bench result nor a report (the message names it).
+        ValueError: A path is missing, or a file is neither a bench result nor a report (the message names it).
     """
     from packaging.version import Version
 
-    found: list[tuple[BenchResult, dict[str, Any]]] = []
+    found: list[BenchResult] = []
     for root in map(Path, paths):
         if not root.exists():
             raise ValueError(f'{root}: no such file or directory')
@@ -147,14 +147,12 @@ def gather(paths: Iterable[PathLike]) -> list[tuple[BenchResult, dict[str, Any]]
             try:
                 data = json.loads(file.read_text())
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
-                for entry in entries:
-                    judged = entry.pop('judgements', {}) if isinstance(entry, dict) else {}
-                    found.append((BenchResult.from_json(entry), judged))
+                found += [BenchResult.from_json(entry) for entry in entries]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise ValueError(
                     f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}'
                 ) from exc
-    return sorted(found, key=lambda r: (r[0].device, Version(r[0].composer), Version(r[0].torch.split('+')[0])))
+    return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0])))
 
 
 class BaselineExistsError(FileExistsError):
