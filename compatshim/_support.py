@@ -91,7 +91,7 @@ class TestedRelease:
     @property
     def env(self) -> str:
         """The tox env name prefix for this row (``composer0.25.0``, ``composer0.28.0-py3.9`` or
-        ``fwd-composer0.32.1-torch2.14.1``)."""
+        ``fwd-composer0.32.1-torch2.15.0``)."""
         if self.override:
             return f'fwd-composer{self.composer}-torch{self.torch}'
         return f'composer{self.composer}' + ('' if self.python == DEFAULT_PYTHON else f'-py{self.python}')
@@ -126,7 +126,7 @@ TESTED_RELEASES: tuple[TestedRelease, ...] = (
     TestedRelease('0.31.0', '2.7.0', '0.22.0'),
     TestedRelease('0.32.0', '2.7.0', '0.22.0'),
     TestedRelease('0.32.1', '2.7.0', '0.22.0'),
-    TestedRelease('0.32.1', '2.14.1', '0.29.1', override=True),
+    TestedRelease('0.32.1', '2.15.0', '0.29.2', override=True),
     # The Python factor: 0.24.1 and the newest release of each affected family on the oldest and the newest Python the
     # release and its torch support (torch 2.4.0: 3.9-3.12; Composer 0.32.1 needs 3.10+, torch 2.7.0 has 3.13).
     *(

@@ -7,6 +7,9 @@ its jobs are wired as the README says.
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,6 +93,96 @@ def test_lint_checks_every_workflow_against_the_schema() -> None:
     tox = (ROOT / 'tox.ini').read_text()
     for path in WORKFLOWS.glob('*.y*ml'):
         assert f'check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/{path.name}' in tox
+    assert 'check-jsonschema --builtin-schema vendor.dependabot .github/dependabot.yml' in tox
+    assert '\n    actionlint\n' in tox.split('[testenv:lint]')[1].split('\n[')[0]
+
+
+def _actionlint(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ACTIONLINT, '-no-color', *args], cwd=root, capture_output=True, text=True, check=False)
+
+
+ACTIONLINT = shutil.which('actionlint') or 'actionlint'
+needs_actionlint = pytest.mark.skipif(shutil.which('actionlint') is None, reason='actionlint is not installed here')
+
+
+@needs_actionlint
+def test_actionlint_finds_nothing_in_the_workflows() -> None:
+    found = _actionlint(ROOT)
+    assert found.returncode == 0, found.stdout + found.stderr
+
+
+@needs_actionlint
+@pytest.mark.parametrize('planted', ['actions/checkout@v4', 'actions/upload-artifact@v4'])
+def test_actionlint_fails_a_planted_node20_action(tmp_path: Path, planted: str) -> None:
+    """What the lint is for: an action pinned to a major that runs on the retired node20 runtime fails it."""
+    text = (WORKFLOWS / 'matrix.yml').read_text()
+    action = planted.split('@')[0]
+    current = next(line.split('uses: ')[1] for line in text.splitlines() if f'uses: {action}@' in line)
+    assert current != planted
+    (tmp_path / 'matrix.yml').write_text(text.replace(current, planted, 1))
+    found = _actionlint(tmp_path, '-config-file', str(ROOT / '.github' / 'actionlint.yaml'), 'matrix.yml')
+    assert found.returncode == 1 and 'node20' in found.stdout and planted in found.stdout, found.stdout
+
+
+@needs_actionlint
+def test_actionlint_knows_the_self_hosted_gpu_label(tmp_path: Path) -> None:
+    """Without .github/actionlint.yaml the cuda job's `gpu` label is unknown: the config is what declares it."""
+    shutil.copy(WORKFLOWS / 'matrix.yml', tmp_path / 'matrix.yml')
+    found = _actionlint(tmp_path, 'matrix.yml')
+    assert found.returncode == 1 and 'label "gpu" is unknown' in found.stdout, found.stdout
+
+
+def test_dependabot_keeps_the_actions_current() -> None:
+    config = yaml.safe_load((ROOT / '.github' / 'dependabot.yml').read_text())
+    assert config['version'] == 2
+    assert [(u['package-ecosystem'], u['directory']) for u in config['updates']] == [('github-actions', '/')]
+
+
+def test_the_composer_main_job_warns_and_never_fails(workflow: dict[str, Any]) -> None:
+    job = workflow['jobs']['composer-main']
+    assert job['continue-on-error'] is True and job['env']['COMPATSHIM_ALLOW_UNTESTED'] == '1'
+    assert "github.event_name == 'schedule'" in job['if']
+    runs = [step.get('run', '') for step in job['steps']]
+    assert any('git+https://github.com/mosaicml/composer.git@main' in run for run in runs)
+    assert any('plan.py --head' in run and 'GITHUB_STEP_SUMMARY' in run for run in runs)
+
+
+def _doctor(train: str = 'device', enable_error: Any = None) -> str:
+    with_shim = {'train': train, 'eval': 'device', 'predict': 'device'}
+    check = {'with_shim': with_shim, 'enable_error': enable_error}
+    return json.dumps({'composer': '0.33.0.dev0', 'torch': '2.7.0', 'summary': 'Affected; ...', 'self_check': check})
+
+
+def _junit(path: Path, failed: bool) -> Path:
+    case = '<testcase name="b"><failure message="x"/></testcase>' if failed else '<testcase name="b"/>'
+    path.write_text(f'<testsuites><testsuite><testcase name="a"/>{case}</testsuite></testsuites>')
+    return path
+
+
+def test_head_summary_says_patched_and_placed(tmp_path: Path) -> None:
+    (tmp_path / 'doctor.json').write_text(_doctor())
+    markdown, warnings = plan.head_summary(tmp_path / 'doctor.json', _junit(tmp_path / 'junit.xml', failed=False))
+    assert 'with the shim: train device, eval device, predict device' in markdown
+    assert '- placement tests: 2 passed' in markdown
+    assert 'the shim patches Composer main and every placement test passes' in markdown and warnings == []
+
+
+@pytest.mark.parametrize(
+    ('doctor', 'failed', 'expected'),
+    [
+        (_doctor(enable_error='UnexpectedComposerShapeError: moved'), False, 'enable() failed: Unexpected'),
+        (_doctor(train='host'), False, 'did not put the transform on the device (host, device, device)'),
+        (_doctor(), True, 'the placement tests did not all pass'),
+        (None, False, 'the doctor did not run'),
+    ],
+)
+def test_head_summary_warns_when_composer_moved(tmp_path: Path, doctor: Any, failed: bool, expected: str) -> None:
+    if doctor is not None:
+        (tmp_path / 'doctor.json').write_text(doctor)
+    markdown, warnings = plan.head_summary(tmp_path / 'doctor.json', _junit(tmp_path / 'junit.xml', failed))
+    assert '**warning**' in markdown and expected in markdown
+    assert warnings and all(w.startswith('::warning title=Composer main::') for w in warnings)
+    assert any(expected in w for w in warnings)
 
 
 def test_job_summary_of_a_device_the_runner_lacks(tmp_path: Path) -> None:
