@@ -28,6 +28,7 @@ __all__ = [
     'disable',
     'enable',
     'enabled',
+    'start',
     'status',
 ]
 
@@ -203,6 +204,23 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         STATE.allow_untested = family is None
         STATE.stage = settings.stage
         return status()
+
+
+def start() -> ShimStatus:
+    """What ``compatshim run``'s import hook and ``import compatshim.auto`` do once Composer is there: ``enable()``, and
+    with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (also where the shim patches nothing).
+
+    Raises:
+        ConfigurationError: A setting is not allowed (checked before anything changes).
+    """
+    monitor = _settings.monitor()
+    _settings.resolve()
+    shim_status = enable()
+    if monitor != 'off':
+        from compatshim.patches import watch
+
+        watch.attach_to_every_trainer(strict=monitor == 'strict')
+    return shim_status
 
 
 def _instrument(family: Optional[Family], version: str) -> Family:

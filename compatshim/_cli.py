@@ -31,12 +31,12 @@ def _run_command(args: argparse.Namespace) -> int:
     if not command:
         print(
             'compatshim run: no command given; usage: compatshim run [--stage batch|microbatch] '
-            '[--allow-untested] -- COMMAND [ARGS...]',
+            '[--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]',
             file=sys.stderr,
         )
         return EXIT_ERROR
     try:
-        env = child_environment(os.environ, args.stage, args.allow_untested)
+        env = child_environment(os.environ, args.stage, args.allow_untested, args.monitor)
     except ConfigurationError as exc:
         print(f'{exc} (compatshim run: nothing was run)', file=sys.stderr)
         return EXIT_CONFIG
@@ -176,6 +176,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         '--allow-untested',
         action='store_true',
         help='patch a Composer newer than the support table if its code has a known shape',
+    )
+    run.add_argument(
+        '--monitor',
+        nargs='?',
+        const='on',
+        choices=('on', 'strict'),
+        default=None,
+        help='attach a TransformMonitor to every Trainer of the run (=strict: fail a step whose device_transforms is '
+        'not on the device)',
     )
     run.add_argument('command', nargs=argparse.REMAINDER, metavar='-- COMMAND [ARGS...]')
     run.set_defaults(func=_run_command)

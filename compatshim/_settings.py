@@ -6,7 +6,9 @@ on the command line (:data:`EXIT_CONFIG`).
 
 - ``stage``: the argument, else ``COMPATSHIM_STAGE``, else ``'batch'``;
 - ``allow_untested``: the argument (``True`` or ``False``), else ``COMPATSHIM_ALLOW_UNTESTED``, else off;
-- the kill switch ``COMPATSHIM_DISABLE``: no argument overrides it.
+- the kill switch ``COMPATSHIM_DISABLE``: no argument overrides it;
+- the monitor ``COMPATSHIM_MONITOR`` (``compatshim run --monitor``): ``off``, ``on`` or ``strict``; read by
+  ``compatshim run``'s import hook and ``import compatshim.auto``, never by ``enable()``.
 
 A valid argument beats an invalid variable (the variable is ignored, with a warning naming it); an invalid variable
 with no argument to stand in for it, or an invalid argument, raises :class:`ConfigurationError`. Imports nothing
@@ -27,9 +29,11 @@ __all__ = [
     'ALLOW_UNTESTED_VAR',
     'EXIT_CONFIG',
     'KILL_SWITCH',
+    'MONITOR_VAR',
     'STAGE_VAR',
     'Settings',
     'kill_switch_on',
+    'monitor',
     'resolve',
 ]
 
@@ -39,6 +43,8 @@ KILL_SWITCH = 'COMPATSHIM_DISABLE'
 STAGE_VAR = 'COMPATSHIM_STAGE'
 #: The default ``allow_untested`` of ``enable()`` calls that do not pass one (``compatshim run --allow-untested``).
 ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
+#: Attach a ``TransformMonitor`` to every Trainer of the run (``compatshim run --monitor``): on, strict, or off.
+MONITOR_VAR = 'COMPATSHIM_MONITOR'
 #: The exit code of every ``compatshim`` command for a setting that is not allowed (as argparse's usage errors).
 EXIT_CONFIG = 2
 
@@ -59,6 +65,24 @@ class Settings:
 def kill_switch_on(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether :data:`KILL_SWITCH` is on (a value that is not allowed counts as off: for messages; never raises)."""
     return (os.environ if environ is None else environ).get(KILL_SWITCH, '').strip().lower() in _TRUE
+
+
+def monitor(environ: Optional[Mapping[str, str]] = None) -> str:
+    """:data:`MONITOR_VAR`: ``'off'`` (unset, or 0/false/no/off), ``'on'`` (1/true/yes/on) or ``'strict'``.
+
+    Raises:
+        ConfigurationError: Any other value.
+    """
+    value = (os.environ if environ is None else environ).get(MONITOR_VAR, '')
+    if value.strip().lower() == 'strict':
+        return 'strict'
+    try:
+        return 'on' if _flag(MONITOR_VAR, value) else 'off'
+    except ConfigurationError:
+        raise ConfigurationError(
+            f'compatshim: {MONITOR_VAR}={value!r} is not allowed; use 1, true, yes, on or strict, or 0, false, no, off '
+            '(or unset it)'
+        ) from None
 
 
 def _flag(variable: str, value: str) -> bool:

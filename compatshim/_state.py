@@ -109,35 +109,55 @@ def label(owner: type, name: str) -> str:
     return f'{owner.__module__}.{owner.__qualname__}.{name}'
 
 
-def patch(owner: type, name: str, make: Callable[[Any, Patch], Any]) -> Patch:
+#: Patches by target: the live ones, and those left switched off beneath another wrapper.
+Patches = dict[tuple[type, str], Patch]
+
+
+def patch(
+    owner: type,
+    name: str,
+    make: Callable[[Any, Patch], Any],
+    *,
+    live: Optional[Patches] = None,
+    detached: Optional[Patches] = None,
+) -> Patch:
     """Replace ``owner.name`` with ``make(original, record)``, remembering what was there.
 
     If an earlier ``disable()`` left the shim's replacement switched off beneath another wrapper, and it is still
     there, it is switched back on instead: the other wrapper stays on top, and nothing is stacked twice.
 
+    ``live`` and ``detached`` default to the shim's own (:data:`STATE`); the monitor's watch keeps its own pair
+    (:mod:`compatshim.patches.watch`), so that ``disable()`` leaves it alone and ``status()`` does not list it.
+
     Raises:
         RuntimeError: If the target is already patched (an internal error: callers check first).
     """
+    live = STATE.patches if live is None else live
+    detached = STATE.detached if detached is None else detached
     key = (owner, name)
-    if key in STATE.patches:
+    if key in live:
         raise RuntimeError(f'compatshim: {label(owner, name)} is already patched')
-    old = STATE.detached.pop(key, None)
+    old = detached.pop(key, None)
     if old is not None and old.is_reachable():
         old.active = True
-        STATE.patches[key] = old
+        live[key] = old
         return old
     record = Patch(owner, name, vars(owner).get(name, MISSING), getattr(owner, name))
     record.replacement = make(record.original, record)
-    STATE.patches[key] = record
+    live[key] = record
     setattr(owner, name, record.replacement)
     return record
 
 
-def restore_all() -> None:
+def restore_all(
+    *, live: Optional[Patches] = None, detached: Optional[Patches] = None, who: str = 'compatshim.disable()'
+) -> None:
     """Undo every live patch, newest first: restore exactly where the shim is on top, else switch off and warn."""
+    live = STATE.patches if live is None else live
+    detached = STATE.detached if detached is None else detached
     left: list[str] = []
-    for key in reversed(list(STATE.patches)):
-        record = STATE.patches.pop(key)
+    for key in reversed(list(live)):
+        record = live.pop(key)
         record.active = False
         if record.is_on_top():
             if record.saved is MISSING:
@@ -145,15 +165,15 @@ def restore_all() -> None:
             else:
                 setattr(record.owner, record.name, record.saved)
         elif record.is_reachable():
-            STATE.detached[key] = record
+            detached[key] = record
             on_top = vars(record.owner).get(record.name)
             left.append(f'{record.owner.__qualname__}.{record.name} (now {describe(on_top)})')
         # else: someone replaced the attribute outright (without keeping ours): nothing of ours is left to restore.
     if left:
         warnings.warn(
-            'compatshim.disable(): ' + ', '.join(reversed(left)) + ' were wrapped by other code after enable(); '
-            "the shim's wrappers were left beneath them as inert pass-throughs, so that code keeps working. "
-            'Composer behaves as without the shim.',
+            f'{who}: ' + ', '.join(reversed(left)) + ' were wrapped by other code after they were patched; '
+            "compatshim's wrappers were left beneath them as inert pass-throughs, so that code keeps working. "
+            'Composer behaves as without them.',
             CompatShimWarning,
             stacklevel=3,
         )

@@ -7,13 +7,14 @@ configuration. On import it does what ``compatshim run``'s import hook does when
   ``COMPATSHIM_ALLOW_UNTESTED``, as ``enable()`` reads them; ``COMPATSHIM_DISABLE`` still wins);
 - an unaffected one (0.24.x and older) is left alone;
 - a release outside the support table gets an ``UnsupportedComposerWarning`` and no patch (unless allowed);
-- with no Composer installed, nothing happens (under ``compatshim run`` the hook never fires either).
+- with no Composer installed, nothing happens (under ``compatshim run`` the hook never fires either);
+- with ``COMPATSHIM_MONITOR`` on (or ``strict``), every Trainer built afterwards gets a ``TransformMonitor``.
 
 A setting that is not allowed raises ``ConfigurationError`` at the import; Composer code the shim cannot patch
 raises ``UnexpectedComposerShapeError``, nothing patched. The import imports Composer (and torch) when it is there.
 """
 
-from compatshim._api import _installed, enable
+from compatshim._api import _installed, start
 
 if _installed('mosaicml') is not None:
-    enable()
+    start()

@@ -7,6 +7,7 @@ __all__ = [
     'ConfigurationError',
     'CompatShimWarning',
     'ComposerNotInstalledError',
+    'TransformPlacementError',
     'TransformResultError',
     'UnexpectedComposerShapeError',
     'UnsupportedComposerWarning',
@@ -36,6 +37,11 @@ class TransformResultError(CompatShimError, TypeError):
     Raised by the shim right after the transform, naming the transform, the DataSpec and the stage, instead of a
     failure deep inside Composer's batch splitting or the model.
     """
+
+
+class TransformPlacementError(CompatShimError, RuntimeError):
+    """Raised by ``TransformMonitor(strict=True)`` at the first step whose ``device_transforms`` ran on the host or was
+    never called, on an accelerator: the message names the DataSpec, the dataloader, the release and the fix."""
 
 
 class CompatShimWarning(UserWarning):

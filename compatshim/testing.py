@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional
 import torch
 from composer.devices import DeviceCPU, DeviceGPU
 
+from compatshim._recorder import Tap, is_on_device, placement
+
 __all__ = [
     'FakeAcceleratorDevice',
     'FakeAcceleratorTensor',
@@ -36,6 +38,8 @@ __all__ = [
 
 class FakeAcceleratorTensor(torch.Tensor):
     """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
+
+    _compatshim_on_accelerator = True  # what compatshim._recorder.is_on_device looks for
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
@@ -69,13 +73,9 @@ def _to_fake(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class _MovesToFake:
-    """``tensor_to_device`` for the fake devices: copy to a :class:`FakeAcceleratorTensor`, counting real moves."""
-
-    tensors_moved: int
+    """``tensor_to_device`` for the fake devices: copy to a :class:`FakeAcceleratorTensor`."""
 
     def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tensor, FakeAcceleratorTensor):
-            self.tensors_moved += 1
         return _to_fake(tensor)
 
 
@@ -83,14 +83,10 @@ class FakeAcceleratorDevice(_MovesToFake, DeviceCPU):
     """Composer's CPU device, except that batches it moves become :class:`FakeAcceleratorTensor` copies.
 
     Moving an already-moved tensor is a no-op, as ``.to('cuda')`` is on a cuda tensor. Modules stay plain (the
-    tag marks what was *moved*, which is what placement tests check). It counts the tensors it moved.
+    tag marks what was *moved*, which is what placement tests check).
     """
 
     name = 'fake'
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tensors_moved = 0
 
 
 class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
@@ -106,7 +102,6 @@ class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
 
     def __init__(self) -> None:
         self._device = torch.device('cpu')
-        self.tensors_moved = 0
 
     def module_to_device(self, module: Any) -> Any:
         return module.to(self._device)
@@ -135,51 +130,23 @@ def observable_device(kind: str) -> Any:
     return FakeAcceleratorDevice()
 
 
-def is_on_device(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is on an accelerator: the fake one, cuda, or mps."""
-    return isinstance(tensor, FakeAcceleratorTensor) or tensor.device.type in ('cuda', 'mps')
-
-
-def _tensors(batch: Any) -> list[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, dict):
-        return [t for v in batch.values() for t in _tensors(v)]
-    if isinstance(batch, (list, tuple)):
-        return [t for v in batch for t in _tensors(v)]
-    return []
-
-
-def placement(batch: Any) -> str:
-    """``'device'`` if every tensor in ``batch`` is on an accelerator, ``'host'`` if none is, else ``'mixed'``.
-
-    Nested dicts, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``'empty'``.
-    """
-    tensors = _tensors(batch)
-    if not tensors:
-        return 'empty'
-    on = [is_on_device(t) for t in tensors]
-    return 'device' if all(on) else 'host' if not any(on) else 'mixed'
-
-
-class PlacementProbe:
-    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`).
+class PlacementProbe(Tap):
+    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`): the
+    recorder of :mod:`compatshim._recorder` (a :class:`~compatshim._recorder.Tap`), with every call's placement kept
+    in :attr:`seen`.
 
     Args:
         transform: The transform to wrap (called with the batch; its result is returned).
     """
 
-    def __init__(self, transform: Callable[[Any], Any]) -> None:
-        self.transform = transform
-        self.seen: list[str] = []
+    seen: list[str]
 
-    def __call__(self, batch: Any) -> Any:
-        self.seen.append(placement(batch))
-        return self.transform(batch)
+    def __init__(self, transform: Callable[[Any], Any]) -> None:
+        super().__init__(transform, keep=True)
 
     def assert_on_device(self) -> None:
         """Fail unless the transform was called, and every call saw its whole batch on the device."""
-        name = getattr(self.transform, '__qualname__', None) or type(self.transform).__name__
+        name = self.__qualname__
         if not self.seen:
             raise AssertionError(
                 f'{name} was never called (on Composer 0.27–0.28 device_transforms is dropped without the shim)'

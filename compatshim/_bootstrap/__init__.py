@@ -11,7 +11,8 @@ Environment (documented in the README):
 
 - ``COMPATSHIM_STAGE``: the default stage of ``enable()`` (``batch`` or ``microbatch``);
 - ``COMPATSHIM_ALLOW_UNTESTED``: ``1`` to patch an untested release whose code has a known shape;
-- ``COMPATSHIM_DISABLE``: the kill switch; it still wins (``enable()`` patches nothing and warns).
+- ``COMPATSHIM_DISABLE``: the kill switch; it still wins (``enable()`` patches nothing and warns);
+- ``COMPATSHIM_MONITOR``: ``1`` (or ``strict``) to attach a ``TransformMonitor`` to every Trainer of the run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NoReturn, Optional
 
-from compatshim._settings import ALLOW_UNTESTED_VAR, STAGE_VAR, resolve
+from compatshim._settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VAR, monitor, resolve
 
 __all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command', 'without_bootstrap']
 
@@ -33,8 +34,11 @@ def without_bootstrap(pythonpath: str) -> list[str]:
     return [p for p in pythonpath.split(os.pathsep) if p and os.path.abspath(p) != BOOTSTRAP_DIR]
 
 
-def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_untested: bool) -> dict[str, str]:
-    """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings.
+def child_environment(
+    environ: Mapping[str, str], stage: Optional[str], allow_untested: bool, monitor_mode: Optional[str] = None
+) -> dict[str, str]:
+    """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings (``monitor_mode``:
+    ``on`` or ``strict`` sets ``COMPATSHIM_MONITOR``; ``None`` leaves it as it is).
 
     Raises:
         ConfigurationError: ``stage``, or a setting already in ``environ``, is not allowed (the message names it).
@@ -44,8 +48,11 @@ def child_environment(environ: Mapping[str, str], stage: Optional[str], allow_un
         env[STAGE_VAR] = stage
     if allow_untested:
         env[ALLOW_UNTESTED_VAR] = '1'
+    if monitor_mode is not None:
+        env[MONITOR_VAR] = '1' if monitor_mode == 'on' else monitor_mode
     env['PYTHONPATH'] = os.pathsep.join([BOOTSTRAP_DIR, *without_bootstrap(env.get('PYTHONPATH', ''))])
     resolve(environ=env)  # validate now, in the parent, rather than in every rank after it started
+    monitor(env)
     return env
 
 

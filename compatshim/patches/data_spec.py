@@ -12,7 +12,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from compatshim import _stages, _state
+from compatshim import _dataspecs, _stages, _state
 from compatshim._support import Family
 from compatshim._transforms import BatchHook, MicrobatchHook
 
@@ -42,11 +42,20 @@ def _take_device_transforms(
     return transform, bound.args[1:], bound.kwargs
 
 
+def given(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> frozenset[str]:
+    """The transform arguments a ``DataSpec(...)`` call gives (bound against Composer's signature where it can be)."""
+    try:
+        arguments = signature.bind_partial(None, *args, **kwargs).arguments
+    except TypeError:
+        arguments = kwargs
+    return _dataspecs.given_transforms(arguments)
+
+
 def _check_transform(transform: Any) -> None:
     if transform is not None and not callable(transform):
         raise TypeError(
             'compatshim: DataSpec(device_transforms=...) must be a callable that takes a batch and returns the '
-            f'transformed batch (or None); got {type(transform).__name__} {transform!r}',
+            f'transformed batch; got {type(transform).__name__} {transform!r}',
         )
 
 
@@ -78,6 +87,8 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         original(self, *args, **kwargs)
+        native = given(signature, args, kwargs)
+        _dataspecs.note(self, native | {'device_transforms'} if transform is not None else native, by_shim=True)
         if transform is None:
             return
         owner = _describe(self)

@@ -1,0 +1,224 @@
+"""The one recorder: where a transform saw its batch, how often, for how long, and what crossed to the device.
+
+Everything in compatshim that observes a run uses it: the in-run monitor (:mod:`compatshim.monitor`), the pytest
+plugin's probe and the bench's placement check (:class:`compatshim.testing.PlacementProbe` is a :class:`Tap`), the
+bench's byte count (:class:`MoveCounter`), and the doctor's self-check (which runs the monitor).
+
+* :func:`placement` / :func:`is_on_device`: a batch's tensors on an accelerator (any device that is not the host, or
+  the CPU fake accelerator of :mod:`compatshim.testing`), on the host, or both.
+* :class:`Tap`: a transform wrapper that counts calls and placements and times them, per window (the monitor takes a
+  window per step). It reads tensor metadata only, never tensor data, so it never makes the host wait for the device.
+* :class:`MoveCounter`: wraps a Composer ``Device``'s ``tensor_to_device`` on that instance and counts the bytes, by
+  dtype, of the host tensors it moves.
+* The clocks: a CPU clock for host work; on cuda (and mps, where torch has timing events) device events recorded
+  around each call and read once they have completed, typically a step later, never by waiting for them.
+
+Imports torch; never Composer.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+__all__ = ['MoveCounter', 'Tap', 'Window', 'is_on_device', 'placement']
+
+#: Class attribute marking a tensor subclass that stands for device memory (the CPU fake accelerator's tensors).
+ON_ACCELERATOR = '_compatshim_on_accelerator'
+
+
+def is_on_device(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is on an accelerator: any device but the host (cuda, mps, xla, ...), or the CPU fake one."""
+    return getattr(type(tensor), ON_ACCELERATOR, False) or tensor.device.type != 'cpu'
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in _tensors(v)]
+    if isinstance(batch, (list, tuple)):
+        return [t for v in batch for t in _tensors(v)]
+    return []
+
+
+def placement(batch: Any) -> str:
+    """``'device'`` if every tensor in ``batch`` is on an accelerator, ``'host'`` if none is, else ``'mixed'``.
+
+    Nested dicts, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``'empty'``.
+    """
+    tensors = _tensors(batch)
+    if not tensors:
+        return 'empty'
+    on = [is_on_device(t) for t in tensors]
+    return 'device' if all(on) else 'host' if not any(on) else 'mixed'
+
+
+def summarize_places(places: collections.Counter[str]) -> str:
+    """One word for the placements of a window's calls: the one seen, ``mixed``, or ``never called``."""
+    seen = [p for p in places if places[p]]
+    return 'never called' if not seen else seen[0] if len(seen) == 1 else 'mixed'
+
+
+class _HostClock:
+    """Host work: this process's CPU time (all its threads), read around each call."""
+
+    kind = 'cpu'
+
+    def start(self) -> float:
+        return time.process_time()
+
+    def stop(self, started: Any, window: Window) -> None:
+        window.seconds += time.process_time() - started
+
+    def collect(self, final: bool = False) -> list[tuple[int, float]]:
+        return []
+
+
+class _EventClock:
+    """Device work: a pair of timing events on the current stream around each call, read once both have completed.
+
+    ``collect`` only asks ``query()``: an unfinished pair stays pending for a later window (typically the next step),
+    so the host never waits for the device. Only ``collect(final=True)`` (once, at the end of a fit, eval or predict)
+    waits for the last pair.
+    """
+
+    def __init__(self, kind: str, event: Callable[[], Any]) -> None:
+        self.kind = kind
+        self.event = event
+        self.pending: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self.window_id = 0
+
+    def start(self) -> Any:
+        begin = self.event()
+        begin.record()
+        return begin
+
+    def stop(self, started: Any, window: Window) -> None:
+        end = self.event()
+        end.record()
+        self.pending.append((window.id, started, end))
+        window.timed_later += 1
+
+    def collect(self, final: bool = False) -> list[tuple[int, float]]:
+        """``(window id, seconds)`` of every pair that has completed, oldest first."""
+        done = []
+        while self.pending:
+            window_id, begin, end = self.pending[0]
+            if final:
+                end.synchronize()
+            elif not end.query():
+                break
+            self.pending.popleft()
+            done.append((window_id, begin.elapsed_time(end) / 1e3))
+        return done
+
+
+def clock_for(device_kind: str) -> Any:
+    """The clock for a transform running on ``device_kind`` (``cuda``, ``mps``, anything else: the host's)."""
+    if device_kind == 'cuda' and torch.cuda.is_available():
+        return _EventClock('cuda', lambda: torch.cuda.Event(enable_timing=True))
+    mps_event = getattr(getattr(torch, 'mps', None), 'Event', None)
+    if device_kind == 'mps' and mps_event is not None:
+        return _EventClock('mps', lambda: mps_event(enable_timing=True))
+    return _HostClock()
+
+
+class Window:
+    """What one tap saw in one window: calls, their placements, and the time measured so far."""
+
+    __slots__ = ('id', 'calls', 'places', 'seconds', 'timed_later')
+
+    def __init__(self, window_id: int = 0) -> None:
+        self.id = window_id
+        self.calls = 0
+        self.places: collections.Counter[str] = collections.Counter()
+        self.seconds = 0.0
+        #: Calls whose time is still on the device (event clock): added when their events have completed.
+        self.timed_later = 0
+
+    @property
+    def where(self) -> str:
+        return summarize_places(self.places)
+
+
+class Tap:
+    """Wraps a transform: each call's input placement, the number of calls, and the time the calls took, per window.
+
+    Args:
+        transform: The transform (called with the batch; its result is returned, its exceptions propagate).
+        clock: What the calls are timed with (:func:`clock_for`; default: the host's CPU time).
+        keep: Also keep every call's placement, in order, in :attr:`seen` (tests; the monitor keeps windows only).
+    """
+
+    def __init__(self, transform: Callable[[Any], Any], clock: Any = None, keep: bool = False) -> None:
+        self.transform = transform
+        self.__wrapped__ = transform
+        self.__qualname__ = getattr(transform, '__qualname__', None) or type(transform).__name__
+        self.clock = clock if clock is not None else _HostClock()
+        self.window = Window()
+        self.seen: Optional[list[str]] = [] if keep else None
+
+    def __call__(self, batch: Any) -> Any:
+        window, where = self.window, placement(batch)
+        window.calls += 1
+        window.places[where] += 1
+        if self.seen is not None:
+            self.seen.append(where)
+        started = self.clock.start()
+        out = self.transform(batch)
+        self.clock.stop(started, window)
+        return out
+
+    def take(self, next_id: int = 0) -> Window:
+        """The current window, and a fresh one (``next_id``) in its place."""
+        window, self.window = self.window, Window(next_id)
+        return window
+
+    def __repr__(self) -> str:
+        return f'Tap({self.transform!r})'
+
+
+class MoveCounter:
+    """Counts the bytes, by dtype, of the host tensors a Composer ``Device`` moves (``tensor_to_device``).
+
+    :meth:`install` puts the counting move on the device *instance* (the class and every other device are untouched);
+    :meth:`remove` takes it off again if it is still there.
+    """
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, int] = {}
+        self.device: Any = None
+        self._move: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+        self._had_own = False
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not is_on_device(tensor):
+            name = str(tensor.dtype).replace('torch.', '')
+            self.bytes[name] = self.bytes.get(name, 0) + tensor.nbytes
+        assert self._move is not None
+        return self._move(tensor)
+
+    def install(self, device: Any) -> MoveCounter:
+        self.device, self._had_own = device, 'tensor_to_device' in vars(device)
+        self._own = vars(device).get('tensor_to_device')
+        self._move = device.tensor_to_device
+        device.tensor_to_device = self
+        return self
+
+    def remove(self) -> None:
+        device, self.device = self.device, None
+        if device is None or vars(device).get('tensor_to_device') is not self:
+            return
+        if self._had_own:
+            device.tensor_to_device = self._own
+        else:
+            del device.tensor_to_device
+
+    def take(self) -> dict[str, int]:
+        """The bytes counted since the last take, by dtype (largest first), and a fresh count."""
+        counted, self.bytes = self.bytes, {}
+        return dict(sorted(counted.items(), key=lambda kv: -kv[1]))
