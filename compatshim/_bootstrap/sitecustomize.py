@@ -3,7 +3,8 @@
 Cheap by design: it imports nothing beyond what the interpreter has already loaded at start-up. It puts a finder on
 ``sys.meta_path`` that waits for ``import composer``; once Composer's package has been executed it calls
 ``compatshim.enable()`` (settings from ``COMPATSHIM_STAGE`` / ``COMPATSHIM_ALLOW_UNTESTED``; ``COMPATSHIM_DISABLE``
-still wins) and, with ``COMPATSHIM_MONITOR`` on, attaches the monitor to every Trainer. Processes that never import Composer never import compatshim, torch or Composer.
+still wins) and, with ``COMPATSHIM_MONITOR`` on, attaches the monitor to every Trainer (``compatshim._api.start``).
+Processes that never import Composer never import compatshim, torch or Composer.
 """
 
 import os
