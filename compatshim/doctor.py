@@ -31,7 +31,7 @@ from compatshim._api import Verdict
 from compatshim._state import STATE
 from compatshim.errors import CompatShimWarning
 
-__all__ = ['SelfCheck', 'conclude', 'diagnose', 'main', 'run', 'text']
+__all__ = ['SelfCheck', 'conclude', 'diagnose', 'main', 'text']
 
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
 _PATCH_TARGETS = (
@@ -52,6 +52,8 @@ class SelfCheck:
     predict: str = 'not run'
     coherent: Optional[bool] = None
     error: Optional[str] = None
+    #: What the in-run monitor (:class:`compatshim.monitor.TransformMonitor`) said, one line per loop.
+    monitor: list[str] = dataclasses.field(default_factory=list)
 
     def fixed(self, stage: str) -> bool:
         """On the device in train, eval and predict, without error, and batch-coherent where the stage promises it."""
@@ -67,19 +69,19 @@ def _devices() -> dict[str, bool]:
 
 
 def _self_check(kind: str, shim: bool) -> SelfCheck:
+    """A 2-step fit, an eval and a predict with a probe ``device_transforms``, watched by the in-run monitor: where
+    each loop's transform ran comes from the monitor; the probe only records its random draws (coherence)."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from compatshim.testing import observable_device, placement
+    from compatshim.testing import observable_device
 
     leg = SelfCheck(shim=shim)
-    calls: dict[str, list[str]] = {'train': [], 'eval': [], 'predict': []}
     draws: list[float] = []
     seen: list[torch.Tensor] = []
 
     def probe(mode: str) -> Callable[[Any], Any]:
         def transform(batch: Any) -> Any:
-            calls[mode].append(placement(batch))
             x, y = batch
             x = x.clone()
             if mode == 'train':
@@ -101,11 +103,15 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
             TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)), batch_size=8
         )
 
+    monitor = None
     try:
         from composer import Trainer
         from composer.core import DataSpec
         from composer.models import ComposerClassifier
 
+        from compatshim.monitor import TransformMonitor
+
+        monitor = TransformMonitor()  # before the DataSpecs: it knows what each was given
         model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
         trainer = Trainer(
             model=model,
@@ -116,19 +122,19 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
             progress_bar=False,
             precision='fp32',
             seed=0,
+            callbacks=[monitor],
         )
         trainer.fit()
         trainer.eval(eval_dataloader=DataSpec(loader(), device_transforms=probe('eval')))
         trainer.predict(DataSpec(loader(), device_transforms=probe('predict')))
     except Exception as e:  # noqa: BLE001 - the message is the finding (e.g. 0.29+ TypeError without the shim)
         leg.error = f'{type(e).__name__}: {e}'
-    for mode, placements in calls.items():
-        found = set(placements)
-        if not found:
-            value = 'error' if leg.error else 'never called'
-        else:
-            value = found.pop() if len(found) == 1 else 'mixed'
-        setattr(leg, mode, value)
+    found = {} if monitor is None else {summary.label: summary for summary in monitor.summaries}
+    for mode in ('train', 'eval', 'predict'):
+        summary = found.get(mode)
+        transform = None if summary is None else summary.transforms.get('device_transforms')
+        setattr(leg, mode, transform.where if transform is not None else 'error' if leg.error else 'never called')
+    leg.monitor = [summary.line for summary in found.values()]
     if draws and seen and not leg.error:
         # Coherent: one draw per step, and every microbatch of the step carries it.
         leg.coherent = len(draws) == 2 and [float(v) for s in seen for v in s] == [d for d in draws for _ in range(8)]
@@ -278,10 +284,6 @@ def conclude(
     return EXIT_NOT_FIXED, f'Affected, and the shim did NOT fix it here{reason}: please report this output.'
 
 
-#: The name ``diagnose`` had before 0.1.0's harness rework; kept for scripts that call it.
-run = diagnose
-
-
 def text(report: dict[str, Any]) -> str:
     lines = [
         'compatshim doctor',
@@ -307,6 +309,10 @@ def text(report: dict[str, Any]) -> str:
             lines.append(f'    {name:14}{leg["train"]:14}{leg["eval"]:14}{leg["predict"]:14}{coherent}')
             if leg['error']:
                 lines.append(f'      {leg["error"][:160]}')
+        lines.append('  what the in-run monitor (compatshim.monitor.TransformMonitor) saw:')
+        for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
+            for line in check[key].get('monitor') or ['(nothing: the run failed before a loop ended)']:
+                lines.append(f'    {name}: {line.removeprefix("compatshim monitor, ")}')
     lines.append(f'  result: {report["summary"]} (exit {report["exit_code"]})')
     return '\n'.join(lines)
 

@@ -25,8 +25,8 @@ transform's argument name):
 
 At the end of each fit, eval and predict a summary: ``data/LABEL/NAME/total_calls``, ``.../median_calls``,
 ``.../median_time_ms``, ``data/LABEL/median_bytes_to_device``, ``data/LABEL/steps``, and one line of text (logged as
-a trace ``data/LABEL/summary``, through the ``compatshim.monitor`` logger, and kept in :attr:`TransformMonitor.
-summaries`).
+a trace ``data/LABEL/summary``, through the ``compatshim.monitor`` logger, and kept, with its figures, in
+:attr:`TransformMonitor.summaries`).
 
 On an accelerator, a ``device_transforms`` whose input was on the host, or that was never called, gives one
 :class:`~compatshim.errors.CompatShimWarning` per DataSpec naming it, the release and the fix; with ``strict=True`` the
@@ -58,7 +58,7 @@ from compatshim._support import AFFECTED, UNAFFECTED, family_of
 from compatshim.errors import CompatShimWarning, TransformPlacementError
 from compatshim.patches import watch as _watch
 
-__all__ = ['TransformMonitor', 'attach_to_every_trainer', 'unwatch', 'watch']
+__all__ = ['Summary', 'TransformMonitor', 'TransformSummary', 'attach_to_every_trainer', 'unwatch', 'watch']
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ class TransformMonitor(Callback):
             self.composer: Optional[str] = importlib.metadata.version('mosaicml')
         except importlib.metadata.PackageNotFoundError:
             self.composer = None
-        #: One line per summary (end of each fit, eval and predict), as logged.
-        self.summaries: list[str] = []
+        #: One summary per fit, eval and predict, in order (``summary.line``: as logged).
+        self.summaries: list[Summary] = []
         self._counter = MoveCounter()
         self._clock: Any = _recorder.clock_for('cpu')
         self._accelerator = False
@@ -383,39 +383,84 @@ class TransformMonitor(Callback):
         if not series:
             return
         moved = series.pop('', _Series())
-        metrics: dict[str, float] = {f'data/{label}/steps': moved.steps}
-        parts = []
+        transforms = {}
         for name, one in series.items():
-            key = f'data/{label}/{name}'
             calls = sum(one.calls)
-            metrics[f'{key}/total_calls'] = calls
-            metrics[f'{key}/median_calls'] = statistics.median(one.calls)
-            where = _recorder.summarize_places(one.places)
-            per_step = statistics.median(one.calls)
-            text = f'{name} {"on the " + where if calls else where}'
-            text += f', {per_step:g} call{"" if per_step == 1 else "s"}/step' if calls else ''
-            if one.ms and calls:
-                metrics[f'{key}/median_time_ms'] = statistics.median(one.ms)
-                text += f', {statistics.median(one.ms):.3g} ms/step'
-            parts.append(f'{text} (stage {one.stage})')
-        median_bytes = statistics.median(moved.bytes) if moved.bytes else 0
-        metrics[f'data/{label}/median_bytes_to_device'] = median_bytes
-        dtypes = ', '.join(
-            f'{dtype} {n // max(moved.steps, 1):,}'
-            for dtype, n in moved.dtypes.most_common()
-            if n // max(moved.steps, 1)
+            transforms[name] = TransformSummary(
+                where=_recorder.summarize_places(one.places),
+                calls=calls,
+                calls_per_step=statistics.median(one.calls),
+                ms_per_step=statistics.median(one.ms) if one.ms and calls else None,
+                stage=one.stage,
+            )
+        steps = moved.steps
+        summary = Summary(
+            label=label,
+            composer=self.composer,
+            rank=_rank(),
+            steps=steps,
+            steps_in_all=self._totals.get(label, {}).get('', {}).get('steps', steps),
+            transforms=transforms,
+            bytes_per_step=statistics.median(moved.bytes) if moved.bytes else 0,
+            bytes_by_dtype={dtype: n // max(steps, 1) for dtype, n in moved.dtypes.most_common() if n // max(steps, 1)},
         )
-        total = self._totals.get(label, {}).get('', {}).get('steps', moved.steps)
-        line = (
-            f"compatshim monitor, '{label}' (Composer {self.composer}, rank {_rank()}): "
-            + ('; '.join(parts) or 'no transforms given')
-            + f'; {median_bytes:,.0f} bytes/step to the device ({dtypes or "none"}) over {moved.steps} steps'
-            + (f' ({total} in all, checkpoints included)' if total != moved.steps else '')
-        )
+        metrics: dict[str, float] = {f'data/{label}/steps': steps}
+        for name, one in transforms.items():
+            metrics[f'data/{label}/{name}/total_calls'] = one.calls
+            metrics[f'data/{label}/{name}/median_calls'] = one.calls_per_step
+            if one.ms_per_step is not None:
+                metrics[f'data/{label}/{name}/median_time_ms'] = one.ms_per_step
+        metrics[f'data/{label}/median_bytes_to_device'] = summary.bytes_per_step
         logger.log_metrics(metrics)
-        logger.log_traces({f'data/{label}/summary': line})
-        self.summaries.append(line)
-        log.info(line)
+        logger.log_traces({f'data/{label}/summary': summary.line})
+        self.summaries.append(summary)
+        log.info(summary.line)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformSummary:
+    """What one transform did over a fit, an eval or a predict."""
+
+    #: ``device``, ``host``, ``mixed`` or ``never called``.
+    where: str
+    calls: int
+    calls_per_step: float
+    #: The median time per step (``None``: never called, or not timed).
+    ms_per_step: Optional[float]
+    stage: str
+
+    def text(self, name: str) -> str:
+        if not self.calls:
+            return f'{name} {self.where} (stage {self.stage})'
+        per_step = f'{self.calls_per_step:g} call{"" if self.calls_per_step == 1 else "s"}/step'
+        time = '' if self.ms_per_step is None else f', {self.ms_per_step:.3g} ms/step'
+        return f'{name} on the {self.where}, {per_step}{time} (stage {self.stage})'
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """The monitor's summary of one fit (``train``), one eval (the evaluator's label) or one predict, on one rank."""
+
+    label: str
+    composer: Optional[str]
+    rank: int
+    steps: int
+    #: Steps of this label in all runs this monitor's state has seen (a checkpoint's included).
+    steps_in_all: int
+    transforms: dict[str, TransformSummary]
+    bytes_per_step: float
+    bytes_by_dtype: dict[str, int]
+
+    @property
+    def line(self) -> str:
+        """The summary in one line of text."""
+        parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transforms given'
+        dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
+        more = f' ({self.steps_in_all} in all, checkpoints included)' if self.steps_in_all != self.steps else ''
+        return (
+            f"compatshim monitor, '{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
+            f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}) over {self.steps} steps{more}'
+        )
 
 
 def _rank() -> int:
