@@ -77,6 +77,12 @@ def _summary(result: Any) -> str:
         lines.append(f'  {metric:36} {statistics.median(samples):.3f}')
     for stage, samples in result.hook_overhead_us.items():
         lines.append(f'  {"hook overhead µs/batch (" + stage + ")":36} {statistics.median(samples):.1f}')
+    if result.monitor_overhead_us:
+        from compatshim.bench.report import monitor_share
+
+        share = monitor_share(result)
+        of_step = '' if share is None else f' ({share:.2%} of a step)'
+        lines.append(f'  {"monitor overhead µs/batch":36} {statistics.median(result.monitor_overhead_us):.1f}{of_step}')
     ratio = result.recipe.bytes_shim_vs_unpatched
     if ratio is not None:
         lines.append(f'  {"recipe: bytes shim / unpatched":36} {ratio:.2f}')
@@ -167,6 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     run = sub.add_parser(
         'run',
+        usage='compatshim run [--stage S] [--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]',
         help='run a command with the shim enabled in every Python process that imports Composer',
         description='Run COMMAND with the shim enabled in every Python process of the run that imports Composer '
         '(launcher ranks, multiprocessing children, subprocesses), without editing any script.',

@@ -15,6 +15,7 @@ stacking a second one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import types
@@ -75,6 +76,13 @@ class Patch:
         return False
 
 
+#: Patches by target: the live ones, and those left switched off beneath another wrapper.
+Patches = dict[tuple[type, str], Patch]
+#: Every set of live patches compatshim keeps (the shim's, the monitor's watch): its own wrappers are spliced out of a
+#: chain, never left behind as pass-throughs beneath one another.
+PATCH_SETS: list[Patches] = []
+
+
 @dataclasses.dataclass(eq=False)
 class ShimState:
     """The process's shim state. Read on every batch (``stage``), written under ``lock``."""
@@ -87,9 +95,9 @@ class ShimState:
     #: Whether ``enable(allow_untested=True)`` patched a release outside the support table.
     allow_untested: bool = False
     #: Live patches, in patch order.
-    patches: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
+    patches: Patches = dataclasses.field(default_factory=dict)
     #: Switched-off replacements left beneath another wrapper by ``disable()``, to switch back on by the next patch.
-    detached: dict[tuple[type, str], Patch] = dataclasses.field(default_factory=dict)
+    detached: Patches = dataclasses.field(default_factory=dict)
     #: True while ``enable()`` imports and patches Composer: a re-entrant call (``compatshim run``'s import hook,
     #: fired by that very import) must leave the work to the outer call.
     enabling: bool = False
@@ -103,14 +111,11 @@ class ShimState:
 
 #: The one state object of this process.
 STATE = ShimState()
+PATCH_SETS.append(STATE.patches)
 
 
 def label(owner: type, name: str) -> str:
     return f'{owner.__module__}.{owner.__qualname__}.{name}'
-
-
-#: Patches by target: the live ones, and those left switched off beneath another wrapper.
-Patches = dict[tuple[type, str], Patch]
 
 
 def patch(
@@ -149,6 +154,22 @@ def patch(
     return record
 
 
+def _splice_out(record: Patch) -> bool:
+    """Take ``record``'s replacement out from under another of compatshim's own live wrappers of the same target.
+
+    compatshim's wrappers call ``record.original`` (not a copy of it), so the one above is made to call what ``record``
+    wrapped and to restore what ``record`` saved; the chain loses exactly ``record``'s link and nothing else.
+    """
+    for patches in PATCH_SETS:
+        above = patches.get((record.owner, record.name))
+        if above is not None and above is not record and above.original is record.replacement:
+            above.original, above.saved = record.original, record.saved
+            with contextlib.suppress(AttributeError, TypeError):
+                above.replacement.__wrapped__ = record.original
+            return True
+    return False
+
+
 def restore_all(
     *, live: Optional[Patches] = None, detached: Optional[Patches] = None, who: str = 'compatshim.disable()'
 ) -> None:
@@ -164,6 +185,8 @@ def restore_all(
                 delattr(record.owner, record.name)
             else:
                 setattr(record.owner, record.name, record.saved)
+        elif _splice_out(record):
+            pass  # beneath compatshim's own other wrapper, which now calls and restores what this one did
         elif record.is_reachable():
             detached[key] = record
             on_top = vars(record.owner).get(record.name)

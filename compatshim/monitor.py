@@ -34,8 +34,11 @@ step raises :class:`~compatshim.errors.TransformPlacementError` instead. With th
 Every rank logs its own figures; the monitor makes no collective call.
 
 It never asks the device to finish per step and never reads tensor data (placement and bytes come from tensor
-metadata). Creating it arms the watch (:func:`compatshim.patches.watch.watch`): DataSpecs built from then on are known
-to it, also where Composer drops an argument. This module imports Composer.
+metadata). Importing this module (and creating a monitor) arms the watch (:func:`compatshim.patches.watch.watch`), an
+observe-only wrapper of ``DataSpec.__init__`` that changes nothing Composer does: DataSpecs built from then on are
+known to the monitor, also where Composer drops an argument — so ``Trainer(train_dataloader=DataSpec(...),
+callbacks=[TransformMonitor()])`` works, though it builds the DataSpec first. :func:`unwatch` takes it off. This
+module imports Composer.
 """
 
 from __future__ import annotations
@@ -262,14 +265,15 @@ class TransformMonitor(Callback):
         if found is None:
             if label not in self._blind:
                 self._blind.add(label)
-                warnings.warn(
+                message = (
                     f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec "
                     'was built before the monitor was created and while the shim was off. Create the TransformMonitor '
                     '(or call compatshim.enable()) before building DataSpecs, or start the run with compatshim run '
-                    '--monitor. Only the bytes moved are reported for it.',
-                    CompatShimWarning,
-                    stacklevel=2,
+                    '--monitor.'
                 )
+                if self.strict:
+                    raise TransformPlacementError(message + ' (strict: a transform it cannot see is not verified)')
+                warnings.warn(message + ' Only the bytes moved are reported for it.', CompatShimWarning, stacklevel=2)
             return None
         spec, note = found
         watched = self._watched.get(id(spec))
@@ -461,6 +465,9 @@ class Summary:
             f"compatshim monitor, '{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
             f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}) over {self.steps} steps{more}'
         )
+
+
+watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it (see the docstring)
 
 
 def _rank() -> int:

@@ -13,6 +13,6 @@ Importing this package imports nothing heavy.
 __all__ = ['LEGS']
 
 #: Every leg, in report order: what a user gets without the shim (``device_transforms`` where the release still
-#: calls it, else the ``batch_transforms`` workaround, on the host), the shim at each stage, and Composer's own
-#: ``microbatch_transforms`` (0.27+).
-LEGS: tuple[str, ...] = ('unpatched', 'shim-batch', 'shim-microbatch', 'native-microbatch')
+#: calls it, else the ``batch_transforms`` workaround, on the host), the shim at each stage, Composer's own
+#: ``microbatch_transforms`` (0.27+), and stage batch with the in-run monitor attached (what the monitor costs).
+LEGS: tuple[str, ...] = ('unpatched', 'shim-batch', 'shim-microbatch', 'native-microbatch', 'shim-batch+monitor')

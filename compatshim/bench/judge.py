@@ -1,15 +1,16 @@
 """The comparison rule: each gated metric of a bench result against its baseline, one statistic, one minimum effect.
 
     A metric's change is that of its median: current / baseline - 1 for a ratio or bytes, current - baseline for the
-    hook overhead in µs per batch. It is a *regression* when it is worse by more than the minimum effect (MIN_EFFECT,
-    5%; MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA (0.01);
-    *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when the change is beyond the
-    minimum effect but the test does not support it, or there is no baseline; *ok* otherwise. Bytes per step are
-    deterministic (one value, no test): beyond the minimum effect is enough. Gated, where the shim patches: the ratios
-    of two legs doing the same work in the same rounds (shim-microbatch / native-microbatch; shim-batch / unpatched on
-    cpu, where both run on the host); the hook overhead (against a baseline of the same machine only: µs belong to a
-    CPU); bytes moved by the shim legs. Always: the shim legs on the device and stage batch coherent, and nothing
-    patched on an unaffected release. Absolute throughput is reported, never judged. Any regression exits 1.
+    hook and monitor overheads in µs per batch. It is a *regression* when it is worse by more than the minimum effect
+    (MIN_EFFECT, 5%; MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA
+    (0.01); *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when the change is
+    beyond the minimum effect but the test does not support it, or there is no baseline; *ok* otherwise. Bytes per step
+    are deterministic (one value, no test): beyond the minimum effect is enough. Gated, where the shim patches: the
+    ratios of two legs doing the same work in the same rounds (shim-microbatch / native-microbatch; shim-batch /
+    unpatched on cpu, where both run on the host); the hook overhead (against a baseline of the same machine only: µs
+    belong to a CPU); bytes moved by the shim legs. Always: the monitor's overhead (same machine only), the shim legs on
+    the device and stage batch coherent, and nothing patched on an unaffected release. Absolute throughput is reported,
+    never judged. Any regression exits 1.
 
 Why these two numbers (as asv compare does: a factor and a rank test): the rank test is what makes a gate quiet on
 a shared machine — a run of noisy rounds can look far off and mean nothing, and the test says so; the minimum effect
@@ -33,6 +34,7 @@ __all__ = [
     'MATCH_KEYS',
     'MIN_EFFECT',
     'MIN_EFFECT_US',
+    'MONITOR_METRIC',
     'OUTCOMES',
     'Judgement',
     'compare_samples',
@@ -170,23 +172,43 @@ def _bytes(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgeme
     return out
 
 
-def _overhead(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    out = []
+MONITOR_METRIC = 'monitor overhead µs/batch'
+
+
+def _microseconds(
+    result: BenchResult, baseline: Optional[BenchResult], metrics: list[tuple[str, list[float], Optional[list[float]]]]
+) -> list[Judgement]:
+    """``(metric, samples, baseline samples)`` in µs, judged against a baseline of the same machine only."""
     other = [k for k in MATCH_KEYS if baseline and result.fingerprint.get(k) != baseline.fingerprint.get(k)]
-    for stage, samples in result.hook_overhead_us.items():
-        metric = f'hook overhead µs/batch ({stage})'
+    out = []
+    for metric, samples, before in metrics:
         if other:
             reason = f'baseline from another machine ({", ".join(other)}): µs do not compare'
             out.append(Judgement(metric, 'inconclusive', reason, current=statistics.median(samples)))
         else:
-            before = baseline.hook_overhead_us.get(stage) if baseline else None
             out.append(compare_samples(metric, samples, before, microseconds=True))
     return out
 
 
+def _overhead(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
+    hooks = [
+        (f'hook overhead µs/batch ({stage})', samples, baseline.hook_overhead_us.get(stage) if baseline else None)
+        for stage, samples in result.hook_overhead_us.items()
+    ]
+    return _microseconds(result, baseline, hooks)
+
+
+def _monitor(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
+    """The in-run monitor's µs per batch: on every release (it is compatshim's code whatever Composer does)."""
+    if not result.monitor_overhead_us:
+        return []
+    before = baseline.monitor_overhead_us if baseline else None
+    return _microseconds(result, baseline, [(MONITOR_METRIC, result.monitor_overhead_us, before or None)])
+
+
 def judge(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
     """Every gated metric of ``result`` against ``baseline`` (``None``: no baseline), by the rule above."""
-    out = _placement(result)
+    out = _placement(result) + _monitor(result, baseline)
     if not result.affected:  # the shim legs run Composer's own code here: what the shim could do wrong is patch
         patched = ', '.join(result.patched_by_enable)
         outcome, reason = ('regression', f'enable() patched {patched}') if patched else ('ok', 'nothing patched')

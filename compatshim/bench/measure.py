@@ -35,8 +35,13 @@ __all__ = ['LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
 
 #: Ratios of two legs' per-round throughput (higher: the first leg is faster). The first two are gated (both legs do
 #: the same work, and run back to back in every round); ``shim-microbatch/unpatched`` (two half-batch transform
-#: calls against one) is reported.
-RATIOS = (('shim-batch', 'unpatched'), ('shim-microbatch', 'native-microbatch'), ('shim-microbatch', 'unpatched'))
+#: calls against one) and ``shim-batch+monitor/shim-batch`` (what the in-run monitor costs a step) are reported.
+RATIOS = (
+    ('shim-batch', 'unpatched'),
+    ('shim-microbatch', 'native-microbatch'),
+    ('shim-microbatch', 'unpatched'),
+    ('shim-batch+monitor', 'shim-batch'),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,8 @@ class LegPlan:
     reason: str = ''
     shim: bool = False
     dataspec: Callable[[Any], dict[str, Any]] = dataclasses.field(default=lambda fn: {}, repr=False)
+    #: A ``TransformMonitor`` among the Trainer's callbacks.
+    monitor: bool = False
 
 
 def plan(composer_version: str) -> list[LegPlan]:
@@ -76,9 +83,10 @@ def plan(composer_version: str) -> list[LegPlan]:
             dataspec=lambda fn: {'device_transforms': fn, **extra},
         )
 
+    batch = shim_leg('batch')
     return [
         unpatched,
-        shim_leg('batch'),
+        batch,
         shim_leg('microbatch'),
         LegPlan(
             'native-microbatch',
@@ -86,6 +94,9 @@ def plan(composer_version: str) -> list[LegPlan]:
             native,
             '' if native else 'microbatch_transforms exists from Composer 0.27.0',
             dataspec=lambda fn: {'microbatch_transforms': fn},
+        ),
+        dataclasses.replace(
+            batch, name='shim-batch+monitor', description=batch.description + ', TransformMonitor()', monitor=True
         ),
     ]
 
@@ -193,11 +204,17 @@ def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload)
     from composer.optim import DecoupledSGDW
 
     (compatshim.enable if leg.shim else compatshim.disable)()
+    callbacks = []
+    if leg.monitor:
+        from compatshim.monitor import TransformMonitor
+
+        callbacks.append(TransformMonitor())  # before the DataSpec, as the README says
     model = workload.model()
     return Trainer(
         model=model,
         train_dataloader=DataSpec(workload.loader(size), **leg.dataspec(fn)),
         optimizers=DecoupledSGDW(model.parameters(), lr=0.01),
+        callbacks=callbacks,
         device=device,
         device_train_microbatch_size=size.microbatch,
         precision='fp32',
@@ -208,22 +225,13 @@ def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload)
 
 
 def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
-    """An observable device that counts the bytes, per dtype, of the host tensors it moves."""
-    from compatshim.testing import is_on_device, observable_device
+    """An observable device that counts the bytes, per dtype, of the host tensors it moves (the recorder's
+    :class:`~compatshim._recorder.MoveCounter`, as the in-run monitor counts them)."""
+    from compatshim._recorder import MoveCounter
+    from compatshim.testing import observable_device
 
     dev = observable_device(device)
-    moved: dict[str, int] = {}
-    to_device = dev.tensor_to_device
-
-    def counting(tensor: torch.Tensor) -> torch.Tensor:
-        if not is_on_device(tensor):
-            name = str(tensor.dtype).replace('torch.', '')
-            moved[name] = moved.get(name, 0) + tensor.nbytes
-        out: torch.Tensor = to_device(tensor)
-        return out
-
-    dev.tensor_to_device = counting  # instance attribute: this trainer's device only
-    return dev, moved
+    return dev, MoveCounter().install(dev).bytes
 
 
 def _check(leg: LegPlan, device: str, size: Size, workload: Workload) -> LegResult:
@@ -413,7 +421,10 @@ def measure(
             }
             windows, per_round = _time(timed, trainers, device, size.rounds, say)
             hook = _hook_overhead(device) if family_of(composer) is not None else {}  # unaffected: no hook
-            say('hook overhead measured')
+            monitor_us = overhead.monitor_overhead_us(
+                _composer_device(device), lambda: _synchronize(device), clock=_clock(device)
+            )
+            say('hook and monitor overhead measured')
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
     samples = size.batch * size.steps
@@ -437,6 +448,7 @@ def measure(
         recipe=Recipe(recipe_legs, plain),
         hook_overhead_us=hook,
         patched_by_enable=patched,
+        monitor_overhead_us=monitor_us,
         load_average=list(os.getloadavg()) if hasattr(os, 'getloadavg') else None,
         planted_slowdown=plant_slowdown,
         planted_hook_us=plant_hook_us,

@@ -1,4 +1,4 @@
-"""The shim's own cost per batch, to the microsecond: its hook path against calling the move and the transform directly.
+"""compatshim's own cost per batch, to the microsecond: the shim's hook path, and the in-run monitor's.
 
 The timed legs of :mod:`compatshim.bench.measure` cannot resolve a few microseconds inside a step of milliseconds. This
 micro-benchmark takes the DataSpec hooks the shim installs on a real Composer ``DataSpec`` and calls them as the
@@ -13,6 +13,10 @@ On a small batch with a transform that returns its input, so the difference is t
 alternate, ``calls`` calls per sample, for ``samples`` pairs; each sample's overhead is (shim − direct) / calls, in
 microseconds per batch. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted
 regression of the hook path, for checking that the gate catches one).
+
+:func:`monitor_overhead_us` does the same for :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state
+and logger: every event Composer sends a callback in one train step of one microbatch (:data:`STEP_EVENTS`), the
+transform through the monitor's tap and the move through its byte counter, against the transform and the move alone.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ['CALLS', 'SAMPLES', 'hook_overhead_us', 'planted_hook_delay']
+__all__ = ['CALLS', 'SAMPLES', 'STEP_EVENTS', 'hook_overhead_us', 'monitor_overhead_us', 'planted_hook_delay']
 
 #: Calls per path per sample, and samples (pairs) per stage.
 CALLS = 2000
@@ -118,6 +122,103 @@ def hook_overhead_us(
         return out
     finally:
         compatshim.disable()
+
+
+#: The events Composer runs for every callback in one train step of one microbatch, in order.
+STEP_EVENTS = (
+    'before_dataloader',
+    'after_dataloader',
+    'batch_start',
+    'before_train_batch',
+    'before_forward',
+    'after_forward',
+    'before_loss',
+    'after_loss',
+    'before_backward',
+    'after_backward',
+    'after_train_batch',
+    'batch_end',
+    'batch_checkpoint',
+)
+
+
+def monitor_overhead_us(
+    device: Any,
+    sync: Callable[[], None],
+    calls: int = CALLS // 4,
+    samples: int = SAMPLES,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Microseconds per train step that the in-run monitor adds, one value per sample (see the module docstring).
+
+    Args:
+        device: The trainer's Composer ``Device`` (``DeviceCPU`` on cpu); the monitor counts its moves.
+        sync: Waits for the device (a no-op on cpu).
+        calls: Steps per path per sample.
+        samples: Number of samples.
+        clock: What the steps are timed with.
+    """
+    from composer import Trainer
+    from composer.core import DataSpec, Event
+    from composer.models import ComposerClassifier
+
+    from compatshim.monitor import TransformMonitor
+
+    batch = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
+    transform = _Same()
+    monitor = TransformMonitor()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
+    data_spec = DataSpec(loader, **{_host_transform_argument(): transform})
+    model = ComposerClassifier(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), num_classes=10)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=data_spec,
+        device=device,
+        callbacks=[monitor],
+        max_duration='1ba',
+        progress_bar=False,
+        log_to_console=False,
+    )
+    try:
+        state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
+        state.set_dataloader(data_spec.dataloader, 'train')
+        monitor.run_event(Event.BEFORE_DATALOADER, state, logger)  # the monitor puts its tap on the DataSpec
+        tapped = next(t.tap for t in monitor._watched[id(data_spec)].targets if t.tap is not None)
+        plain = type(device)()
+
+        def monitored() -> Any:
+            for event in events:
+                monitor.run_event(event, state, logger)
+            return tapped(device.batch_to_device(batch))
+
+        def direct() -> Any:
+            return transform(plain.batch_to_device(batch))
+
+        for _ in range(max(1, calls // 10)):  # warm-up
+            monitored()
+            direct()
+        out = []
+        for _ in range(samples):
+            monitored_s = _time(monitored, calls, sync, clock)
+            direct_s = _time(direct, calls, sync, clock)
+            out.append((monitored_s - direct_s) / calls * 1e6)
+        return out
+    finally:
+        trainer.close()
+
+
+def _host_transform_argument() -> str:
+    """The DataSpec argument Composer itself calls at batch level: ``batch_transforms`` (0.27+), else
+    ``device_transforms`` (the shim is off here)."""
+    import inspect
+
+    from composer.core import DataSpec
+
+    return (
+        'batch_transforms'
+        if 'batch_transforms' in inspect.signature(DataSpec.__init__).parameters
+        else 'device_transforms'
+    )
 
 
 def _busy_wait(seconds: float) -> None:

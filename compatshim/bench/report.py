@@ -19,7 +19,7 @@ from compatshim.bench import LEGS
 from compatshim.bench import judge as judging
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
 
-__all__ = ['CHARTS', 'Judged', 'markdown', 'write']
+__all__ = ['CHARTS', 'MONITOR_LIMIT', 'Judged', 'markdown', 'monitor_share', 'write']
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
@@ -55,6 +55,19 @@ class Judged:
             'baseline': self.baseline_path,
             'judgements': [dataclasses.asdict(j) for j in self.judgements],
         }
+
+
+#: What the monitor may cost at most, as a share of a step of the augment workload (README, "See it in your run").
+MONITOR_LIMIT = 0.01
+
+
+def monitor_share(result: BenchResult) -> Optional[float]:
+    """The monitor's µs per batch as a share of the shim-batch leg's median step (``None``: not measured)."""
+    leg = result.legs.get('shim-batch')
+    if not result.monitor_overhead_us or leg is None or not leg.samples_per_s:
+        return None
+    step_s = result.fingerprint['size']['batch'] / statistics.median(leg.samples_per_s)
+    return statistics.median(result.monitor_overhead_us) * 1e-6 / step_s
 
 
 def _spread(samples: list[float], fmt: str = '.3f') -> str:
@@ -113,6 +126,25 @@ def markdown(judged: list[Judged], device: str) -> str:
             f'| {r.outcome("hook overhead µs/batch (batch)")} '
             f'| {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {r.outcome("bytes per step (shim-batch)")} '
             f'| {_pct(r.machine_change())} |'
+        )
+    out += [
+        '',
+        '## The in-run monitor: what it costs',
+        '',
+        "`TransformMonitor` (`compatshim.monitor`) on a real Trainer's state: every event of one train step, the "
+        'transform through its tap and the move through its byte counter, against the two alone (µs per batch; '
+        f'gated like the hook overhead). *Share of a step* is that against the median step of the shim-batch leg: the '
+        f'limit is {MONITOR_LIMIT:.0%}. The leg ratio times whole windows with and without the monitor (reported).',
+        '',
+        '| env | monitor µs/batch | | share of a step | shim-batch+monitor / shim-batch (reported) |',
+        '|---|---|---|---|---|',
+    ]
+    for r in judged:
+        share = monitor_share(r.result)
+        out.append(
+            f'| {r.result.env} | {_spread(r.result.monitor_overhead_us, ".1f")} | {r.outcome(judging.MONITOR_METRIC)} '
+            f'| {"—" if share is None else f"{share:.2%}" + (" (over the limit)" if share > MONITOR_LIMIT else "")} '
+            f'| {_spread(r.result.ratios.get("shim-batch+monitor/shim-batch", []))} |'
         )
     out += [
         '',

@@ -93,6 +93,8 @@ class BenchResult:
     #: µs per batch of the shim's own hook path beyond the direct path, per stage (empty: nothing patched here).
     hook_overhead_us: dict[str, list[float]]
     patched_by_enable: list[str]  # what enable() patched here (nothing, on an unaffected release)
+    #: µs per train step that the in-run monitor (``TransformMonitor``) adds (empty: not measured, an older result).
+    monitor_overhead_us: list[float] = dataclasses.field(default_factory=list)
     load_average: Optional[list[float]] = None
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0

@@ -73,7 +73,7 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if not record.active:  # switched off beneath another wrapper: Composer's own behaviour, keywords and all
-            original(self, *args, **kwargs)
+            record.original(self, *args, **kwargs)
             return
         data_transfer_stage = kwargs.pop('data_transfer_stage', None)
         stage = (
@@ -86,7 +86,7 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
         )
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
-        original(self, *args, **kwargs)
+        record.original(self, *args, **kwargs)
         native = given(signature, args, kwargs)
         _dataspecs.note(self, native | {'device_transforms'} if transform is not None else native, by_shim=True)
         if transform is None:

@@ -23,9 +23,9 @@ def _make_loop(original: Callable[..., Any], record: _state.Patch, mode: str) ->
     @functools.wraps(original)
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not record.active:
-            return original(self, *args, **kwargs)
+            return record.original(self, *args, **kwargs)
         with _loop_frames.loop_frame(self.state.device, mode):
-            return original(self, *args, **kwargs)
+            return record.original(self, *args, **kwargs)
 
     return loop
 

@@ -23,6 +23,7 @@ __all__ = ['attach_to_every_trainer', 'unwatch', 'watch', 'watching']
 
 _LIVE: _state.Patches = {}
 _DETACHED: _state.Patches = {}
+_state.PATCH_SETS.append(_LIVE)
 #: The keyword arguments of the monitor that ``Trainer.__init__`` adds, while attaching (``None``: not attaching).
 _ATTACH: list[dict[str, Any]] = []
 
@@ -34,7 +35,7 @@ def _make_data_spec_init(original: Callable[..., None], record: _state.Patch) ->
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+        record.original(self, *args, **kwargs)
         if record.active:
             _dataspecs.note(self, given(signature, args, kwargs))
 
@@ -52,13 +53,13 @@ def _make_trainer_init(original: Callable[..., None], record: _state.Patch) -> C
             try:
                 bound = signature.bind_partial(self, *args, **kwargs)
             except TypeError:  # let Composer report its own argument error
-                return original(self, *args, **kwargs)
+                return record.original(self, *args, **kwargs)
             callbacks = bound.arguments.get('callbacks')
             listed = [] if callbacks is None else [callbacks] if not isinstance(callbacks, (list, tuple)) else callbacks
             if not any(isinstance(cb, TransformMonitor) for cb in listed):
                 bound.arguments['callbacks'] = [*listed, TransformMonitor(**_ATTACH[0])]
-            return original(*bound.args, **bound.kwargs)
-        return original(self, *args, **kwargs)
+            return record.original(*bound.args, **bound.kwargs)
+        return record.original(self, *args, **kwargs)
 
     return __init__
 

@@ -1,0 +1,349 @@
+"""The in-run monitor (``compatshim.monitor.TransformMonitor``) on the real Trainer of each release.
+
+What Composer's ``InMemoryLogger`` receives in train, two evaluators and predict: where ``device_transforms`` ran,
+its calls per step, its time, the bytes that crossed to the device. With the shim (both stages) it says *device*;
+the control without the shim must fail on every affected release (strict xfail), and a second test pins what the
+monitor says there instead (host on 0.25–0.26, never called on 0.27–0.28), with its warning and its strict error.
+Then the places a run goes: ``'auto'`` microbatching with out-of-memory retries, a checkpoint saved and resumed,
+``fit()`` twice, a DataSpec built before the monitor, and no read of device data per step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import COMPOSER, DEVICE, FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, make_device
+from workload import OOMRecorder, Probe, loader, trainer
+
+import compatshim
+from compatshim._support import Family
+
+pytestmark = pytest.mark.device
+
+#: What the monitor says of ``device_transforms`` without the shim, per family: train, eval, predict.
+WITHOUT_SHIM = {
+    None: ('device', 'device', 'device'),
+    Family.HOST: ('host', 'host', 'device'),
+    Family.DROPPED: ('never called', 'never called', 'never called'),
+}
+needs_dataspec_keyword = pytest.mark.skipif(
+    FAMILY is Family.REJECTED, reason=f'Composer {COMPOSER} rejects device_transforms without the shim (TypeError)'
+)
+
+
+@pytest.fixture(autouse=True)
+def _unwatched_after() -> Iterator[None]:
+    """Each test leaves DataSpec.__init__ as it found it (the monitor's watch lives for the process otherwise)."""
+    yield
+    from compatshim.monitor import unwatch
+
+    unwatch()
+
+
+def _logged(logger: Any, key: str) -> list[Any]:
+    return [value for _, value in logger.data.get(key, [])]
+
+
+def _run(**trainer_kwargs: Any) -> tuple[Any, Any, Any]:
+    """fit (4 steps, microbatches of 4, evaluators ``a`` and ``b``) and predict, with a monitor and InMemoryLogger."""
+    from composer.core import DataSpec, Evaluator
+    from composer.loggers import InMemoryLogger
+
+    from compatshim.monitor import TransformMonitor
+
+    monitor, logger = TransformMonitor(**trainer_kwargs.pop('monitor', {})), InMemoryLogger()
+    evaluators = [
+        Evaluator(label=label, dataloader=DataSpec(loader(n, bs), device_transforms=Probe()), metric_names=[])
+        for label, n, bs in (('a', 16, 8), ('b', 8, 4))
+    ]
+    t, _ = trainer(
+        make_device(),
+        train_dataloader=DataSpec(loader(32), device_transforms=Probe()),
+        eval_dataloader=evaluators,
+        max_duration='4ba',
+        eval_interval='4ba',
+        device_train_microbatch_size=4,
+        callbacks=[monitor],
+        loggers=[logger],
+        **trainer_kwargs,
+    )
+    t.fit()
+    t.predict(DataSpec(loader(16), device_transforms=Probe()))
+    return monitor, logger, t
+
+
+def _where(logger: Any, label: str) -> str:
+    """Where the logged metrics put ``device_transforms`` over a loop: device, host, mixed, never called."""
+    calls = _logged(logger, f'data/{label}/device_transforms/calls')
+    on = _logged(logger, f'data/{label}/device_transforms/on_device')
+    if not any(calls):
+        return 'never called'
+    return 'device' if set(on) == {1.0} else 'host' if set(on) == {0.0} else 'mixed'
+
+
+@pytest.mark.python
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_metrics_in_train_two_evaluators_and_predict(leg: str) -> None:
+    monitor, logger, _ = _run()
+    steps = {'train': 4, 'a': 2, 'b': 2, 'predict': 2}
+    for label, n in steps.items():
+        assert _logged(logger, f'data/{label}/device_transforms/calls') == [1] * n, label
+        assert _where(logger, label) == 'device', label
+        assert all(b > 0 for b in _logged(logger, f'data/{label}/bytes_to_device')), label
+        assert _logged(logger, f'data/{label}/bytes_to_device/float32'), label
+        assert len(_logged(logger, f'data/{label}/device_transforms/time_ms')) == n, label
+    assert [s.label for s in monitor.summaries] == ['a', 'b', 'train', 'predict']
+    for summary in monitor.summaries:
+        transform = summary.transforms['device_transforms']
+        assert (transform.where, transform.calls_per_step, transform.stage) == ('device', 1, 'batch'), summary.line
+        assert summary.steps == steps[summary.label] and summary.bytes_per_step > 0
+        assert f"'{summary.label}'" in summary.line and 'on the device, 1 call/step' in summary.line
+        assert _logged(logger, f'data/{summary.label}/device_transforms/total_calls') == [steps[summary.label]]
+        assert _logged(logger, f'data/{summary.label}/device_transforms/median_calls') == [1]
+        assert _logged(logger, f'data/{summary.label}/steps') == [steps[summary.label]]
+
+
+@NEEDS_PATCH
+@pytest.mark.stage('microbatch')
+@pytest.mark.parametrize('leg', [pytest.param('shim', id='shim')], indirect=True)
+def test_stage_microbatch_calls_per_microbatch(leg: str) -> None:
+    """Stage microbatch: one call per microbatch (32 samples, microbatches of 4, batches of 8: 2 per step)."""
+    monitor, logger, _ = _run()
+    assert _logged(logger, 'data/train/device_transforms/calls') == [2] * 4
+    assert _where(logger, 'train') == 'device'
+    train = next(s for s in monitor.summaries if s.label == 'train').transforms['device_transforms']
+    assert (train.calls_per_step, train.stage) == (2, 'microbatch')
+
+
+@needs_dataspec_keyword
+def test_without_the_shim_it_says_where_composer_ran_it_and_warns_once_per_dataspec() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        monitor, logger, _ = _run()
+    found = {s.label: s.transforms['device_transforms'].where for s in monitor.summaries}
+    train, evaluation, predict = WITHOUT_SHIM[FAMILY]
+    assert found == {'train': train, 'a': evaluation, 'b': evaluation, 'predict': predict}
+    assert (_where(logger, 'train'), _where(logger, 'a'), _where(logger, 'predict')) == (train, evaluation, predict)
+    ours = [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)]
+    if FAMILY is None:
+        assert ours == []
+        return
+    bad = [label for label, where in found.items() if where != 'device']
+    assert len(ours) == len(bad), ours  # one per DataSpec that is not on the device
+    for message in ours:
+        assert 'DataSpec(dataloader=DataLoader over TensorDataset)' in message and f'Composer {COMPOSER}' in message
+        assert 'compatshim.enable()' in message and 'compatshim run' in message
+        assert ('never called' in message) == (FAMILY is Family.DROPPED)
+
+
+@pytest.mark.skipif(FAMILY is None, reason=f'Composer {COMPOSER} is unaffected: strict never fires here')
+@needs_dataspec_keyword
+def test_strict_fails_the_first_step_whose_transform_is_not_on_the_device() -> None:
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    probe, monitor = Probe(), TransformMonitor(strict=True)  # first: a DataSpec built before it is not watched
+    t, _ = trainer(
+        make_device(),
+        train_dataloader=DataSpec(loader(32), device_transforms=probe),
+        max_duration='4ba',
+        callbacks=[monitor],
+    )
+    with pytest.raises(compatshim.TransformPlacementError, match=f"in 'train' \\(Composer {COMPOSER}\\)"):
+        t.fit()
+    assert len(probe.calls) == (1 if FAMILY is Family.HOST else 0), 'strict stops at the first step'
+
+
+@NEEDS_PATCH
+def test_strict_passes_with_the_shim() -> None:
+    compatshim.enable()
+    monitor, _, _ = _run(monitor={'strict': True})
+    assert {s.transforms['device_transforms'].where for s in monitor.summaries} == {'device'}
+
+
+@pytest.mark.skipif(DEVICE == 'mps', reason="Composer allows device_train_microbatch_size='auto' on GPU devices only")
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_auto_microbatching_with_oom_retries(leg: str) -> None:
+    """``'auto'``: the first step fails twice with out-of-memory; stage batch still calls the transform once a step."""
+    from composer.core import DataSpec
+    from composer.loggers import InMemoryLogger
+
+    from compatshim.monitor import TransformMonitor
+
+    logger, recorder, monitor = InMemoryLogger(), OOMRecorder(oom_above=2), TransformMonitor()
+    t, _ = trainer(
+        make_device(auto_microbatching=True),
+        recorder,
+        train_dataloader=DataSpec(loader(16), device_transforms=Probe()),
+        max_duration='2ba',
+        device_train_microbatch_size='auto',
+        callbacks=[monitor],
+        loggers=[logger],
+    )
+    t.fit()
+    assert recorder.ooms == 2
+    assert _logged(logger, 'data/train/device_transforms/calls') == [1, 1]
+    assert _where(logger, 'train') == 'device'
+
+
+@needs_dataspec_keyword
+def test_resume_from_a_checkpoint_keeps_counting(tmp_path: Path) -> None:
+    """The monitor's totals travel in the checkpoint: a run resumed at step 2 of 4 says 4 steps in all."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    if IS_AFFECTED:
+        compatshim.enable()
+
+    def fit(**kwargs: Any) -> TransformMonitor:
+        monitor = TransformMonitor()
+        t, _ = trainer(
+            make_device(),
+            train_dataloader=DataSpec(loader(32), device_transforms=Probe()),
+            callbacks=[monitor],
+            save_folder=str(tmp_path),
+            save_filename='ep{epoch}-ba{batch}.pt',
+            save_interval='2ba',
+            **kwargs,
+        )
+        t.fit()
+        t.close()
+        return monitor
+
+    first = fit(max_duration='2ba')
+    resumed = fit(max_duration='4ba', load_path=str(tmp_path / 'ep0-ba2.pt'))
+    (one,), (two,) = first.summaries, resumed.summaries
+    assert (one.steps, one.steps_in_all) == (2, 2)
+    assert (two.steps, two.steps_in_all) == (2, 4), two.line
+    assert '4 in all, checkpoints included' in two.line
+    assert two.transforms['device_transforms'].where == 'device'
+
+
+@needs_dataspec_keyword
+def test_fit_twice_gives_a_summary_each() -> None:
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    if IS_AFFECTED:
+        compatshim.enable()
+    monitor = TransformMonitor()
+    t, _ = trainer(make_device(), train_dataloader=DataSpec(loader(32), device_transforms=Probe()), callbacks=[monitor])
+    t.fit(duration='2ba')
+    t.fit(duration='2ba')
+    assert [(s.label, s.steps, s.steps_in_all) for s in monitor.summaries] == [('train', 2, 2), ('train', 2, 4)]
+
+
+@needs_dataspec_keyword
+def test_a_dataspec_built_before_the_monitor_is_said_to_be_unseen() -> None:
+    """Without the shim, a DataSpec built before the monitor cannot be watched: the monitor says so, once."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor, unwatch
+
+    unwatch()
+    spec = DataSpec(loader(16), device_transforms=Probe())
+    monitor = TransformMonitor()
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor])
+    with pytest.warns(compatshim.CompatShimWarning, match="cannot see the transforms of the 'train' dataloader"):
+        t.fit()
+    assert monitor.summaries[0].transforms == {} and monitor.summaries[0].bytes_per_step > 0
+    strict = TransformMonitor(strict=True)
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[strict])
+    with pytest.raises(compatshim.TransformPlacementError, match='strict: a transform it cannot see is not verified'):
+        t.fit()
+
+
+def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spy on every way the host waits for the device: the monitor adds none of them to a run.
+
+    ``torch.cuda.synchronize``/``torch.mps.synchronize`` and event waits must never be called; reads of device data
+    (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``) must be as many with the monitor as without it.
+    """
+    from compatshim import testing
+
+    waits: list[str] = []
+    for owner, name in ((torch.cuda, 'synchronize'), (torch.cuda.Event, 'synchronize'), (torch.cuda.Event, 'wait')):
+        monkeypatch.setattr(owner, name, lambda *a, _n=name, **k: waits.append(_n))
+    if getattr(torch, 'mps', None) is not None:
+        monkeypatch.setattr(torch.mps, 'synchronize', lambda *a, **k: waits.append('mps.synchronize'), raising=False)
+    reads: list[str] = []
+    reading = {torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.tolist, torch.Tensor.numpy}
+    original = testing.FakeAcceleratorTensor.__torch_function__.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in reading:
+            reads.append(func.__name__)
+        return original(cls, func, types, args, kwargs)
+
+    monkeypatch.setattr(testing.FakeAcceleratorTensor, '__torch_function__', classmethod(spy))
+    if IS_AFFECTED:
+        compatshim.enable()
+
+    def fit(monitored: bool) -> int:
+        from composer.core import DataSpec
+
+        from compatshim.monitor import TransformMonitor
+
+        before = len(reads)
+        callbacks = [TransformMonitor()] if monitored else []
+        t, _ = trainer(
+            make_device(),
+            train_dataloader=DataSpec(loader(32), device_transforms=Probe()),
+            max_duration='4ba',
+            callbacks=callbacks,
+        )
+        t.fit()
+        return len(reads) - before
+
+    assert fit(monitored=True) == fit(monitored=False)
+    assert waits == []
+
+
+@pytest.mark.runs_in('family')
+def test_device_time_is_read_a_step_late_without_waiting() -> None:
+    """The event clock (cuda, mps) with a faithful fake event: ``collect`` asks ``query()`` only, so an unfinished
+    pair stays pending, and only the final collect at the end of a loop waits (once)."""
+    from compatshim._recorder import Tap, Window, _EventClock
+
+    waited: list[int] = []
+
+    class Event:
+        made: list[Any] = []
+
+        def __init__(self) -> None:
+            self.polls, self.t = 0, 0.0
+            Event.made.append(self)
+
+        def record(self) -> None:
+            self.t = len(Event.made) * 1.5  # ms
+
+        def query(self) -> bool:
+            self.polls += 1
+            return self.polls > 1  # finished by the second look: one step late
+
+        def synchronize(self) -> None:
+            waited.append(1)
+
+        def elapsed_time(self, end: Any) -> float:
+            return end.t - self.t
+
+    clock = _EventClock('cuda', Event)
+    tap = Tap(lambda batch: batch, clock)
+    tap.take(1)
+    tap(torch.zeros(2))
+    first = tap.take(2)
+    assert isinstance(first, Window) and first.calls == 1 and first.timed_later == 1 and first.seconds == 0
+    assert clock.collect() == []  # step 1's events are not done when step 1 ends: nothing waits
+    tap(torch.zeros(2))
+    tap.take(3)
+    assert clock.collect() == [(1, 0.0015)]  # read at the end of step 2, belonging to step 1
+    assert waited == []
+    assert clock.collect(final=True) == [(2, 0.0015)] and waited == [1]
