@@ -83,6 +83,10 @@ def _summary(result: Any) -> str:
         share = monitor_share(result)
         of_step = '' if share is None else f' ({share:.2%} of a step)'
         lines.append(f'  {"monitor overhead µs/batch":36} {statistics.median(result.monitor_overhead_us):.1f}{of_step}')
+    for name in ('unpatched', 'shim-batch'):  # the heavy pipeline without and with the shim, as the monitor saw it
+        leg = result.legs.get(name)
+        if leg is not None and leg.monitor:
+            lines.append(f'  monitor, {name}: {leg.monitor}')
     ratio = result.recipe.bytes_shim_vs_unpatched
     if ratio is not None:
         lines.append(f'  {"recipe: bytes shim / unpatched":36} {ratio:.2f}')

@@ -6,7 +6,8 @@ One process checks everything it can, and reports it all in OUT.json: what it ha
 imports Composer), whether the import hook is armed and an existing ``sitecustomize`` still ran, then one training
 step (batch 8, microbatches of 4) with a probe ``device_transforms`` here — with dataloader workers started by
 ``spawn`` if ``--workers`` — and then the same step in each ``multiprocessing`` child asked for. Per process: where the
-probe saw its batches, coherence, the shim's status and warnings, and whether Composer was imported from source.
+probe saw its batches, coherence, the shim's status and warnings, whether Composer was imported from source, and what
+an in-run monitor attached without a code edit (``compatshim run --monitor``, ``COMPATSHIM_MONITOR``) said.
 """
 
 from __future__ import annotations
@@ -89,6 +90,13 @@ def train(enable: bool, workers: bool, auto: bool = False) -> dict[str, Any]:
         'warnings': SEEN,
         'composer_file': composer.__file__,
         'has_source': has_source,
+        # what a TransformMonitor attached by compatshim run --monitor (or COMPATSHIM_MONITOR) said, if there is one
+        'monitor': [
+            {'line': s.line, 'where': {n: t.where for n, t in s.transforms.items()}}
+            for cb in t.state.callbacks
+            if type(cb).__name__ == 'TransformMonitor'
+            for s in cb.summaries
+        ],
     }
 
 

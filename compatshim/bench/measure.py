@@ -197,18 +197,19 @@ class _Planted:
         return out
 
 
-def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload) -> Any:
-    """A Trainer for ``leg``, built with the shim in the leg's state (DataSpecs convert when they are built)."""
+def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload, monitor: Any = None) -> Any:
+    """A Trainer for ``leg``, built with the shim in the leg's state (DataSpecs convert when they are built), with
+    ``monitor`` (or, for the monitor leg, a new one) among its callbacks."""
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
     (compatshim.enable if leg.shim else compatshim.disable)()
-    callbacks = []
-    if leg.monitor:
+    if monitor is None and leg.monitor:
         from compatshim.monitor import TransformMonitor
 
-        callbacks.append(TransformMonitor())  # before the DataSpec, as the README says
+        monitor = TransformMonitor()  # before the DataSpec, as the README says
+    callbacks = [] if monitor is None else [monitor]
     model = workload.model()
     return Trainer(
         model=model,
@@ -235,14 +236,16 @@ def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
 
 
 def _check(leg: LegPlan, device: str, size: Size, workload: Workload) -> LegResult:
-    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device."""
+    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device, and
+    what the in-run monitor said of them (its summary line: where each transform ran and its time per step)."""
+    from compatshim.monitor import TransformMonitor
     from compatshim.testing import PlacementProbe  # imports Composer: only when measuring
 
     if not leg.available:
         return LegResult(leg.description, available=False, reason=leg.reason)
     dev, moved = _counting_device(device)
-    probe = PlacementProbe(workload.transform(size))
-    trainer = _trainer(leg, dev, size, probe, workload)
+    probe, monitor = PlacementProbe(workload.transform(size)), TransformMonitor()
+    trainer = _trainer(leg, dev, size, probe, workload, monitor)
     try:
         trainer.fit(duration='2ba')
     finally:
@@ -252,7 +255,10 @@ def _check(leg: LegPlan, device: str, size: Size, workload: Workload) -> LegResu
     placement = 'never called' if not seen else seen[0] if len(seen) == 1 else 'mixed'
     coherence = 'coherent' if calls == 1 else f'per microbatch ({calls:g} calls/step)' if calls else 'never called'
     per_dtype = {name: n // 2 for name, n in sorted(moved.items(), key=lambda kv: -kv[1]) if n}
-    return LegResult(leg.description, True, '', placement, coherence, calls, sum(per_dtype.values()), per_dtype)
+    said = monitor.summaries[-1].line.removeprefix('compatshim monitor, ') if monitor.summaries else ''
+    return LegResult(
+        leg.description, True, '', placement, coherence, calls, sum(per_dtype.values()), per_dtype, monitor=said
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -59,6 +59,8 @@ class LegResult:
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
     peak_device_bytes: Optional[int] = None  # cuda only
+    #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
+    monitor: str = ''
 
 
 @dataclasses.dataclass

@@ -2,8 +2,9 @@
 
 Two topologies — one node of 2 ranks (``composer -n 2``), and two nodes of 2 ranks simulated on this machine by two
 launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 127.0.0.1``) — and three legs: the
-script enables the shim itself (``shim``), the script does not and the launcher is started under
-``compatshim run`` (``run``), and neither (``control``, strict xfail on affected releases). Each launch costs a
+script enables the shim itself (``shim``), a script that never mentions compatshim is started under
+``compatshim run --monitor`` (``run``: the shim and the in-run monitor on every rank, nothing edited), and neither
+(``control``, strict xfail on affected releases). Each launch costs a
 launcher and its ranks, each importing Composer, so each runs where it can differ: one node with the script's own
 ``enable()`` and under ``compatshim run`` in every family env (and the ``run`` leg on the forward-compat torch,
 whose ``torch.distributed`` is another), the control once (the host family, where a wrong placement is what fails),
@@ -33,6 +34,7 @@ pytestmark = [
     ),
 ]
 JOB = Path(__file__).resolve().parents[1] / 'multirank_job.py'
+ENABLED_JOB = JOB.with_name('multirank_job_enabled.py')
 TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks per node)
 #: (topology, leg) -> where it runs.
 LAUNCHES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -66,7 +68,7 @@ def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # typ
         ),
     }
     env.pop('COMPATSHIM_STAGE', None)
-    prefix = [sys.executable, '-m', 'compatshim', 'run', '--'] if leg == 'run' else []
+    prefix = [sys.executable, '-m', 'compatshim', 'run', '--monitor', '--'] if leg == 'run' else []
     port = _free_port()
     procs = []
     for node in range(nodes):
@@ -94,8 +96,7 @@ def _start(topology: str, leg: str, out: Path) -> list[subprocess.Popen]:  # typ
             str(out / 'rank{rank}.out'),
             '--stderr',
             str(out / 'rank{rank}.err'),
-            str(JOB),
-            'shim' if leg == 'shim' else 'plain',
+            str(ENABLED_JOB if leg == 'shim' else JOB),
             str(out),
         ]
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -146,8 +147,13 @@ def test_ranks(topology: str, leg: str, launches: dict[tuple[str, str], Any]) ->
         for call, rows in zip(result['calls'], result['steps']):
             assert {draw for draw, _ in rows} == {call['draw']}, f'rank {result["rank"]}: microbatches disagree'
             assert [int(i) for _, i in rows] == call['ids']
-        if leg == 'run':
-            assert result['enabled_by_script'] is False and result['patched'] == (result['verdict'] == 'patched')
+        assert result['enabled_by_script'] is (leg == 'shim')
+        if leg == 'run':  # the monitor compatshim run attached: each rank logs its own figures, no collective
+            metrics = result['metrics']
+            assert result['callbacks'].count('TransformMonitor') == 1, result['callbacks']
+            assert metrics['data/train/device_transforms/calls'] == [1, 1], f'rank {result["rank"]}: {metrics}'
+            assert metrics['data/train/device_transforms/on_device'] == [1.0, 1.0]
+            assert all(n > 0 for n in metrics['data/train/bytes_to_device']) and metrics['data/train/steps'] == [2]
     shards = [{i for c in r['calls'] for i in c['ids']} for r in results]
     assert all(not (a & b) for n, a in enumerate(shards) for b in shards[n + 1 :]), 'the ranks must see disjoint shards'
     assert len({r['calls'][0]['draw'] for r in results}) == world, 'each rank draws its own parameters'

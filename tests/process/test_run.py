@@ -6,11 +6,13 @@ everything it can in one go and reports it in one JSON file; the tests below rea
 concurrently, once per family (the bootstrap does not depend on the release otherwise), and, for what depends on the
 interpreter (the bootstrap, spawn children, a sourceless Composer, patching by code shape), in the Python factor too.
 
-- ``tree``: the console script; a script that never enables; dataloader workers; a ``spawn`` and a ``forkserver``
-  child; an existing ``sitecustomize`` that must still run.
-- ``kill-switch``: ``COMPATSHIM_DISABLE=1`` under ``compatshim run``: the hook is armed, nothing is patched. It is also
-  the control of this harness: without the shim, the run must fail its placement checks on every affected release.
-- ``auto``: no ``compatshim run`` at all: the script's first import is ``import compatshim.auto``.
+- ``tree``: the console script, with ``--monitor``; a script that never enables; dataloader workers; a ``spawn`` and a
+  ``forkserver`` child; an existing ``sitecustomize`` that must still run; every Trainer of the tree gets a monitor.
+- ``kill-switch``: ``COMPATSHIM_DISABLE=1`` under ``compatshim run --monitor``: the hook is armed, nothing is patched,
+  and the monitor says so. It is also the control of this harness: without the shim, the run must fail its placement
+  checks on every affected release.
+- ``auto``: no ``compatshim run`` at all: the script's first import is ``import compatshim.auto``, with
+  ``COMPATSHIM_MONITOR=1``.
 - ``sourceless``: a byte-compiled copy of the installed Composer with no ``.py`` file left (as in slim images), under
   ``--stage microbatch`` (and, on affected releases, reporting itself as the untested ``0.33.0.dev0`` with
   ``--allow-untested``: the family is found from code objects), with a script that also calls ``enable()``, and a
@@ -64,13 +66,17 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         (existing / 'sitecustomize.py').write_text(CHAINED_SITECUSTOMIZE)
         console = Path(sys.executable).parent / 'compatshim'
         scenarios['tree'] = (
-            [str(console), 'run', '--', *job, str(tmp / 'tree.json'), '--workers', '--children', 'spawn,forkserver'],
+            [str(console), 'run', '--monitor', '--', *job, str(tmp / 'tree.json'), '--workers']
+            + ['--children', 'spawn,forkserver'],
             {'PYTHONPATH': str(existing)},
         )
     if 'kill-switch' in STARTED.get(role(), ()):
-        scenarios['kill-switch'] = ([*run, '--', *job, str(tmp / 'kill-switch.json')], {'COMPATSHIM_DISABLE': '1'})
+        scenarios['kill-switch'] = (
+            [*run, '--monitor', '--', *job, str(tmp / 'kill-switch.json')],
+            {'COMPATSHIM_DISABLE': '1'},
+        )
     if 'auto' in STARTED.get(role(), ()):
-        scenarios['auto'] = ([*job, str(tmp / 'auto.json'), '--auto'], {})
+        scenarios['auto'] = ([*job, str(tmp / 'auto.json'), '--auto'], {'COMPATSHIM_MONITOR': '1'})
     if 'sourceless' in STARTED.get(role(), ()):
         path = [str(sourceless_copy(tmp / 'sourceless'))]
         untested = ['--allow-untested'] if IS_AFFECTED else []
@@ -148,6 +154,16 @@ def test_existing_sitecustomize_still_runs(runs: dict[str, Any]) -> None:
     assert _report(runs, 'tree')['chained'] is True
 
 
+@pytest.mark.runs_in('family')
+@pytest.mark.parametrize('process', ['main', 'spawn', 'forkserver'])
+def test_run_monitor_attaches_a_monitor_to_every_trainer(runs: dict[str, Any], process: str) -> None:
+    """``compatshim run --monitor``: every Trainer of every process of the run has a TransformMonitor, which says
+    where the script's transform ran (the script itself never mentions one)."""
+    found = _report(runs, 'tree')[process]['monitor']
+    assert [entry['where'] for entry in found] == [{'device_transforms': 'device'}], found
+    assert "'train'" in found[0]['line'] and 'on the device, 1 call/step' in found[0]['line']
+
+
 # --- kill-switch: the control ----------------------------------------------------------------------------------------
 
 
@@ -162,11 +178,20 @@ def test_kill_switch_run_is_the_control(runs: dict[str, Any]) -> None:
 
 @pytest.mark.runs_in('family')
 def test_kill_switch_wins(runs: dict[str, Any]) -> None:
+    """The kill switch beats the shim, not the monitor: the monitor says where the transform went instead, and names
+    the switch as the fix (on 0.29+ the run stops at Composer's TypeError, before a monitor sees a step)."""
     report = _report(runs, 'kill-switch')
-    assert report['hook_armed'] is True and report['main'].get('patches', []) == []
+    main = report['main']
+    assert report['hook_armed'] is True and main.get('patches', []) == []
     if IS_AFFECTED:
-        assert [w for w in report['main']['warnings'] if 'COMPATSHIM_DISABLE is set' in w] == report['main']['warnings']
-        assert len(report['main']['warnings']) == 1
+        assert all('COMPATSHIM_DISABLE is set' in w for w in main['warnings']), main['warnings']
+        shim, monitor = [w for w in main['warnings'] if 'enable() patched nothing' in w], main['warnings'][1:]
+        assert len(shim) == 1 and main['warnings'][0] == shim[0]
+        if 'error' not in main:  # 0.25–0.28: one warning from the monitor for the one DataSpec
+            assert [entry['where'] for entry in main['monitor']] == [
+                {'device_transforms': 'host' if 'host' in main['monitor'][0]['line'] else 'never called'}
+            ]
+            assert len(monitor) == 1 and 'device_transforms' in monitor[0], monitor
 
 
 # --- import compatshim.auto -----------------------------------------------------------------------------------------
@@ -182,6 +207,7 @@ def test_import_compatshim_auto(runs: dict[str, Any]) -> None:
     assert main['verdict'] == ('patched' if IS_AFFECTED else 'unaffected') and main['warnings'] == []
     assert bool(main['patches']) is IS_AFFECTED
     _placed_and_coherent(main)
+    assert [entry['where'] for entry in main['monitor']] == [{'device_transforms': 'device'}], 'COMPATSHIM_MONITOR=1'
 
 
 # --- sourceless, untested, stage microbatch, a script that also enables ----------------------------------------------

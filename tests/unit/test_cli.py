@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import packaging
 import pytest
@@ -52,6 +53,8 @@ def test_import_compatshim_auto_without_composer() -> None:
         (['--', 'true'], {'COMPATSHIM_DISABLE': 'maybe'}, 2, "COMPATSHIM_DISABLE='maybe' is not allowed; use 1, true"),
         (['--', 'true'], {'COMPATSHIM_STAGE': 'epoch'}, 2, "unknown stage in COMPATSHIM_STAGE 'epoch'; choose one of"),
         (['--', 'true'], {'COMPATSHIM_ALLOW_UNTESTED': 'maybe'}, 2, "COMPATSHIM_ALLOW_UNTESTED='maybe' is not allowed"),
+        (['--', 'true'], {'COMPATSHIM_MONITOR': 'loud'}, 2, "COMPATSHIM_MONITOR='loud' is not allowed; use 1, true"),
+        (['--monitor=loud', '--', 'true'], {}, 2, "argument --monitor: invalid choice: 'loud'"),
     ],
     ids=[
         'bad-stage',
@@ -61,6 +64,8 @@ def test_import_compatshim_auto_without_composer() -> None:
         'bad-kill-switch',
         'bad-stage-variable',
         'bad-untested-variable',
+        'bad-monitor-variable',
+        'bad-monitor-option',
     ],
 )
 def test_bad_input_runs_nothing(args: list[str], env: dict[str, str], code: int, message: str, tmp_path: Path) -> None:
@@ -167,6 +172,31 @@ def test_environment_puts_the_bootstrap_first_once() -> None:
     assert env['COMPATSHIM_STAGE'] == 'microbatch' and env['COMPATSHIM_ALLOW_UNTESTED'] == '1'
     nested = child_environment(env, None, False)
     assert nested['PYTHONPATH'] == env['PYTHONPATH'] and nested['COMPATSHIM_STAGE'] == 'microbatch'
+
+
+@pytest.mark.parametrize(
+    ('given', 'before', 'expected'), [('on', None, '1'), ('strict', None, 'strict'), (None, 'strict', 'strict')]
+)
+def test_run_monitor_sets_the_variable_every_process_reads(given: Any, before: Any, expected: str) -> None:
+    """``compatshim run --monitor[=strict]``: ``COMPATSHIM_MONITOR`` in the command's environment (an existing one is
+    kept when the option is not given), and ``compatshim._settings.monitor`` reads it back."""
+    from compatshim import _settings
+
+    env = child_environment({} if before is None else {'COMPATSHIM_MONITOR': before}, None, False, given)
+    assert env['COMPATSHIM_MONITOR'] == expected
+    assert _settings.monitor(env) == ('on' if expected == '1' else expected)
+    assert _settings.monitor({}) == 'off' and _settings.monitor({'COMPATSHIM_MONITOR': 'no'}) == 'off'
+
+
+def test_run_monitor_reaches_the_command(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*RUN, '--monitor', '--', sys.executable, '-c', 'import os; print(os.environ["COMPATSHIM_MONITOR"])'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith('COMPATSHIM_')},
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == '1', proc.stderr
 
 
 def test_console_script_and_python_m_doctor() -> None:
