@@ -73,19 +73,18 @@ def _summary(result: Any) -> str:
             continue
         speed = statistics.median(leg.samples_per_s) if leg.samples_per_s else float('nan')
         lines.append(f'  {name:20}{leg.placement:14}{leg.coherence:34}{speed:>16.0f}')
-    for metric, samples in result.ratios.items():
-        lines.append(f'  {metric:36} {statistics.median(samples):.3f}')
-    for stage, samples in result.hook_overhead_us.items():
-        lines.append(f'  {"hook overhead µs/batch (" + stage + ")":36} {statistics.median(samples):.1f}')
-    if result.monitor_overhead_us:
-        from compatshim.bench.report import monitor_share
+    from compatshim.bench.metrics import METRICS, MONITOR_US
+    from compatshim.bench.report import monitor_share
 
-        share = monitor_share(result)
+    for metric in METRICS:
+        samples = metric.samples(result)
+        if not samples or metric.kind == 'bytes':
+            continue
+        share = monitor_share(result) if metric is MONITOR_US else None
         of_step = '' if share is None else f' ({share:.2%} of a step)'
-        lines.append(f'  {"monitor overhead µs/batch":36} {statistics.median(result.monitor_overhead_us):.1f}{of_step}')
-    for name in ('unpatched', 'shim-batch'):  # the heavy pipeline without and with the shim, as the monitor saw it
-        leg = result.legs.get(name)
-        if leg is not None and leg.monitor:
+        lines.append(f'  {metric.id:36} {statistics.median(samples):.{1 if metric.kind == "us" else 3}f}{of_step}')
+    for name, leg in result.legs.items():  # the heavy pipeline without and with the shim, as the monitor saw it
+        if leg.monitor:
             lines.append(f'  monitor, {name}: {leg.monitor}')
     ratio = result.recipe.bytes_shim_vs_unpatched
     if ratio is not None:
@@ -143,10 +142,16 @@ def _report_command(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     judged: dict[str, list[report.Judged]] = {}
+    missing: list[str] = []
     for result in found:
         path = results.baseline_path(args.baselines, result.device, result.env)
         baseline = results.load_baseline(args.baselines, result)
         named = path.as_posix() if baseline is not None else None
+        if baseline is None and not args.record and any(path.parent.glob('*.json')):
+            missing.append(
+                f'MISSING BASELINE {result.env}: {path.parent.as_posix()} holds baselines, but none for this env '
+                f'(a renamed env, or a forgotten --record); record it: tox -e bench-{result.env},report -- --record'
+            )
         judged.setdefault(result.device, []).append(
             report.Judged(result, baseline, named, judge.judge(result, baseline))
         )
@@ -165,9 +170,9 @@ def _report_command(args: argparse.Namespace) -> int:
                 print(f'not recorded: {exc}')
     every = [j for entries in judged.values() for entry in entries for j in entry.judgements]
     print(f'{len(found)} env(s), worst outcome {judge.worst(every)}')
-    for line in failures:  # the last lines of a failed run: env, metric, baseline, current value, threshold
+    for line in failures + missing:  # the last lines of a failed run: env, metric, baseline, current, threshold
         print(line)
-    return EXIT_REGRESSION if failures else EXIT_OK
+    return EXIT_REGRESSION if failures or missing else EXIT_OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

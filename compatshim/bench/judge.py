@@ -1,16 +1,17 @@
 """The comparison rule: each gated metric of a bench result against its baseline, one statistic, one minimum effect.
 
-    A metric's change is that of its median: current / baseline - 1 for a ratio or bytes, current - baseline for the
-    hook and monitor overheads in µs per batch. It is a *regression* when it is worse by more than the minimum effect
-    (MIN_EFFECT, 5%; MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA
-    (0.01); *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when the change is
-    beyond the minimum effect but the test does not support it, or there is no baseline; *ok* otherwise. Bytes per step
-    are deterministic (one value, no test): beyond the minimum effect is enough. Gated, where the shim patches: the
-    ratios of two legs doing the same work in the same rounds (shim-microbatch / native-microbatch; shim-batch /
-    unpatched on cpu, where both run on the host); the hook overhead (against a baseline of the same machine only: µs
-    belong to a CPU); bytes moved by the shim legs. Always: the monitor's overhead (same machine only), the shim legs on
-    the device and stage batch coherent, and nothing patched on an unaffected release. Absolute throughput is reported,
-    never judged. Any regression exits 1.
+    A metric's change is that of its median: current / baseline - 1 for a ratio or bytes, current - baseline for an
+    overhead in µs per batch. It is a *regression* when it is worse by more than the minimum effect (MIN_EFFECT, 5%;
+    MIN_EFFECT_US, 20 µs) and a one-sided Mann-Whitney U test of the samples says worse with p < ALPHA (0.01);
+    *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when the change is beyond the
+    minimum effect but the test does not support it, or there is no baseline; *not comparable* when the baseline
+    measured another workload (size or version): not judged; *ok* otherwise. Bytes per step are deterministic: beyond
+    the minimum effect is enough. Gated (compatshim/bench/metrics.py), where the shim patches: the ratios of two legs
+    doing the same work in the same rounds (shim-microbatch / native-microbatch; shim-batch / unpatched on cpu), the
+    hook overhead, the bytes moved by the shim legs; everywhere: the monitor's overhead, the shim legs on the device and
+    stage batch coherent, nothing patched on an unaffected release. µs compare only on the machine that recorded them.
+    Absolute throughput is reported, never judged. Any regression exits 1, and so does a release without a baseline
+    where its device has some.
 
 Why these two numbers (as asv compare does: a factor and a rank test): the rank test is what makes a gate quiet on
 a shared machine — a run of noisy rounds can look far off and mean nothing, and the test says so; the minimum effect
@@ -26,15 +27,14 @@ import math
 import statistics
 from typing import Optional
 
+from compatshim.bench.metrics import CHECKED_LEGS, METRICS, MIN_EFFECT, MIN_EFFECT_US, Metric, comparable
 from compatshim.bench.results import BenchResult
 
 __all__ = [
     'ALPHA',
-    'GATED_RATIOS',
     'MATCH_KEYS',
     'MIN_EFFECT',
     'MIN_EFFECT_US',
-    'MONITOR_METRIC',
     'OUTCOMES',
     'Judgement',
     'compare_samples',
@@ -43,21 +43,12 @@ __all__ = [
     'worst',
 ]
 
-#: The smallest relative change of a ratio (or of bytes per step) that can be a regression.
-MIN_EFFECT = 0.05
-#: The smallest change of the hook overhead, in µs per batch, that can be a regression.
-MIN_EFFECT_US = 20.0
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
 ALPHA = 0.01
 #: The outcomes of a metric, worst first.
-OUTCOMES: tuple[str, ...] = ('regression', 'inconclusive', 'improved', 'ok')
-#: The same-run ratios the gate judges: both legs do the same work, so only the shim can move them. On cuda/mps the
-#: unpatched leg transforms on the host and shim-batch on the device: different work (that ratio is the speed-up).
-GATED_RATIOS: tuple[str, ...] = ('shim-batch/unpatched', 'shim-microbatch/native-microbatch')
+OUTCOMES: tuple[str, ...] = ('regression', 'not comparable', 'inconclusive', 'improved', 'ok')
 #: Fingerprint keys that must match for microseconds to compare (the machine, not the software under test).
 MATCH_KEYS: tuple[str, ...] = ('cpu_model', 'cpu_count', 'torch_threads', 'gpu', 'device')
-
-SHIM_LEGS = ('shim-batch', 'shim-microbatch')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,10 +129,10 @@ def compare_samples(
 
 
 def _placement(result: BenchResult) -> list[Judgement]:
-    """The shim legs ran on the device, and stage batch once per step — in both workloads, whatever the timings."""
+    """The checked legs ran on the device, and stage batch once per step — in both workloads, whatever the timings."""
     out = []
     for workload, legs in (('', result.legs), ('recipe ', result.recipe.legs)):
-        for name in SHIM_LEGS:
+        for name in CHECKED_LEGS:
             leg = legs.get(name)
             if leg is None or not leg.available:
                 continue
@@ -154,70 +145,37 @@ def _placement(result: BenchResult) -> list[Judgement]:
     return out
 
 
-def _bytes(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    out = []
-    for name in SHIM_LEGS:
-        leg = result.recipe.legs.get(name)
-        if leg is None or not leg.available:
-            continue
-        metric, now = f'bytes per step ({name})', float(leg.h2d_bytes_per_step)
-        before = baseline.recipe.legs.get(name) if baseline else None
-        if baseline is None or before is None or baseline.fingerprint.get('size') != result.fingerprint.get('size'):
-            out.append(Judgement(metric, 'inconclusive', 'no baseline of this workload size', current=now))
-            continue
-        then, limit = float(before.h2d_bytes_per_step), f'+{MIN_EFFECT:.0%}'
-        worse = now > then * (1 + MIN_EFFECT)
-        reason = f'{now - then:+.0f} bytes/step' if worse else 'within the minimum effect'
-        out.append(Judgement(metric, 'regression' if worse else 'ok', reason, then, now, limit))
-    return out
-
-
-MONITOR_METRIC = 'monitor overhead µs/batch'
-
-
-def _microseconds(
-    result: BenchResult, baseline: Optional[BenchResult], metrics: list[tuple[str, list[float], Optional[list[float]]]]
-) -> list[Judgement]:
-    """``(metric, samples, baseline samples)`` in µs, judged against a baseline of the same machine only."""
-    other = [k for k in MATCH_KEYS if baseline and result.fingerprint.get(k) != baseline.fingerprint.get(k)]
-    out = []
-    for metric, samples, before in metrics:
-        if other:
-            reason = f'baseline from another machine ({", ".join(other)}): µs do not compare'
-            out.append(Judgement(metric, 'inconclusive', reason, current=statistics.median(samples)))
-        else:
-            out.append(compare_samples(metric, samples, before, microseconds=True))
-    return out
-
-
-def _overhead(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    hooks = [
-        (f'hook overhead µs/batch ({stage})', samples, baseline.hook_overhead_us.get(stage) if baseline else None)
-        for stage, samples in result.hook_overhead_us.items()
-    ]
-    return _microseconds(result, baseline, hooks)
-
-
-def _monitor(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    """The in-run monitor's µs per batch: on every release (it is compatshim's code whatever Composer does)."""
-    if not result.monitor_overhead_us:
-        return []
-    before = baseline.monitor_overhead_us if baseline else None
-    return _microseconds(result, baseline, [(MONITOR_METRIC, result.monitor_overhead_us, before or None)])
+def _judge(metric: Metric, result: BenchResult, baseline: Optional[BenchResult], unlike: Optional[str]) -> Judgement:
+    now = metric.samples(result)
+    if baseline is None:
+        return Judgement(metric.id, 'inconclusive', 'no baseline', current=statistics.median(now))
+    if unlike:
+        return Judgement(metric.id, 'not comparable', f'another workload: {unlike}', current=statistics.median(now))
+    other = [k for k in MATCH_KEYS if result.fingerprint.get(k) != baseline.fingerprint.get(k)]
+    if metric.kind == 'us' and other:
+        reason = f'baseline from another machine ({", ".join(other)}): µs do not compare'
+        return Judgement(metric.id, 'inconclusive', reason, current=statistics.median(now))
+    before = metric.samples(baseline)
+    if metric.kind != 'bytes':
+        return compare_samples(metric.id, now, before or None, microseconds=metric.kind == 'us')
+    if not before:
+        return Judgement(metric.id, 'inconclusive', 'no baseline', current=now[0])
+    worse = now[0] > before[0] * (1 + MIN_EFFECT)  # deterministic: one value, no test
+    reason = f'{now[0] - before[0]:+.0f} bytes/step' if worse else 'within the minimum effect'
+    return Judgement(metric.id, 'regression' if worse else 'ok', reason, before[0], now[0], f'+{MIN_EFFECT:.0%}')
 
 
 def judge(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    """Every gated metric of ``result`` against ``baseline`` (``None``: no baseline), by the rule above."""
-    out = _placement(result) + _monitor(result, baseline)
+    """Every gated metric of ``result`` (:data:`~compatshim.bench.metrics.METRICS`) against ``baseline`` (``None``: no
+    baseline), by the rule above."""
+    out = _placement(result)
     if not result.affected:  # the shim legs run Composer's own code here: what the shim could do wrong is patch
         patched = ', '.join(result.patched_by_enable)
         outcome, reason = ('regression', f'enable() patched {patched}') if patched else ('ok', 'nothing patched')
-        return out + [Judgement('patches on an unaffected release', outcome, reason)]
-    for metric in GATED_RATIOS:
-        if result.ratios.get(metric) and (result.device == 'cpu' or metric.endswith('/native-microbatch')):
-            before = baseline.ratios.get(metric) if baseline else None
-            out.append(compare_samples(metric, result.ratios[metric], before))
-    return out + _overhead(result, baseline) + _bytes(result, baseline)
+        out.append(Judgement('patches on an unaffected release', outcome, reason))
+    unlike = None if baseline is None else comparable(result, baseline)
+    gated = [m for m in METRICS if m.gated_for(result) and m.samples(result)]
+    return out + [_judge(m, result, baseline, unlike) for m in gated]
 
 
 def worst(judgements: list[Judgement]) -> str:

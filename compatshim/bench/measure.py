@@ -1,6 +1,6 @@
 """Measure one release: where each leg's transform runs, what crosses to the device, and how fast — one process.
 
-Legs (:data:`~compatshim.bench.LEGS`) are real Composer Trainers on the same workload, differing only in how the
+Legs (:data:`~compatshim.bench.metrics.LEGS`) are real Composer Trainers on the same workload, differing only in how the
 transform is passed and whether the shim is on. Two workloads (:mod:`~compatshim.bench.workload`): ``augment`` is
 timed; ``recipe`` (uint8 images) shows what crosses to the device. Placement, coherence and bytes come from two
 untimed steps per leg on an *observable* device (the CPU fake accelerator on cpu, the real device on cuda/mps). Then
@@ -28,20 +28,14 @@ import compatshim
 from compatshim._api import _installed
 from compatshim._support import TESTED_RELEASES, Family, family_of
 from compatshim.bench import overhead
+from compatshim.bench.metrics import METRICS
 from compatshim.bench.results import BenchResult, LegResult, Recipe, now
-from compatshim.bench.workload import SIZES, WORKLOADS, Size, Workload
+from compatshim.bench.workload import SIZES, VERSION, WORKLOADS, Size, Workload
 
 __all__ = ['LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
 
-#: Ratios of two legs' per-round throughput (higher: the first leg is faster). The first two are gated (both legs do
-#: the same work, and run back to back in every round); ``shim-microbatch/unpatched`` (two half-batch transform
-#: calls against one) and ``shim-batch+monitor/shim-batch`` (what the in-run monitor costs a step) are reported.
-RATIOS = (
-    ('shim-batch', 'unpatched'),
-    ('shim-microbatch', 'native-microbatch'),
-    ('shim-microbatch', 'unpatched'),
-    ('shim-batch+monitor', 'shim-batch'),
-)
+#: The ratio metrics (per-round throughput of two legs): the registry's; the paired ones run back to back.
+RATIOS = [m for m in METRICS if m.kind == 'ratio']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +53,7 @@ class LegPlan:
 
 
 def plan(composer_version: str) -> list[LegPlan]:
-    """The legs on a Composer release, in :data:`~compatshim.bench.LEGS` order."""
+    """The legs on a Composer release, in :data:`~compatshim.bench.metrics.LEGS` order."""
     family = family_of(composer_version)
     affected = family is not None
     native = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
@@ -143,6 +137,7 @@ def fingerprint(device: str, size_name: str, size: Size) -> dict[str, Any]:
         'composer': _installed('mosaicml'),
         'compatshim': compatshim.__version__,
         'size': {'name': size_name, **dataclasses.asdict(size)},
+        'workload_version': VERSION,
     }
 
 
@@ -312,7 +307,7 @@ def _schedule(names: list[str], round_: int) -> list[str]:
     else the machine does in that second, and any drift, touches both legs of a ratio alike; pairs and the remaining
     leg in a shuffled order (seeded by the round)."""
     rng = random.Random(round_)
-    pairs = [[b, a] for a, b in RATIOS[:2] if a in names and b in names]
+    pairs = [[m.source[1], m.source[0]] for m in RATIOS if m.paired and set(m.source) <= set(names)]
     groups = [[*pair, *reversed(pair)] if rng.random() < 0.5 else [*reversed(pair), *pair] for pair in pairs]
     groups += [[name] for name in names if not any(name in pair for pair in pairs)]
     return [name for group in rng.sample(groups, len(groups)) for name in group]
@@ -436,10 +431,10 @@ def measure(
     samples = size.batch * size.steps
     for name, values in windows.items():
         checked[name].samples_per_s = [samples / s for s in values]
-    ratios = {
-        f'{a}/{b}': [tb / ta for ta, tb in zip(per_round[a], per_round[b])]
-        for a, b in RATIOS
-        if a in per_round and b in per_round
+    ratios = {  # per-round throughput of the first leg over the second: the second's time over the first's
+        m.id: [tb / ta for ta, tb in zip(per_round[m.source[0]], per_round[m.source[1]])]
+        for m in RATIOS
+        if set(m.source) <= set(per_round)
     }
     return BenchResult(
         env=env,

@@ -15,8 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim.bench import LEGS
 from compatshim.bench import judge as judging
+from compatshim.bench.metrics import LEGS, METRICS, MONITOR_RATIO, MONITOR_US, Metric
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
 
 __all__ = ['CHARTS', 'MONITOR_LIMIT', 'Judged', 'markdown', 'monitor_share', 'write']
@@ -62,12 +62,18 @@ MONITOR_LIMIT = 0.01
 
 
 def monitor_share(result: BenchResult) -> Optional[float]:
-    """The monitor's µs per batch as a share of the shim-batch leg's median step (``None``: not measured)."""
-    leg = result.legs.get('shim-batch')
-    if not result.monitor_overhead_us or leg is None or not leg.samples_per_s:
+    """The monitor's µs per batch as a share of the median step of the leg it rides on (``None``: not measured)."""
+    leg, us = result.legs.get(MONITOR_RATIO.source[1]), MONITOR_US.samples(result)
+    if not us or leg is None or not leg.samples_per_s:
         return None
     step_s = result.fingerprint['size']['batch'] / statistics.median(leg.samples_per_s)
-    return statistics.median(result.monitor_overhead_us) * 1e-6 / step_s
+    return statistics.median(us) * 1e-6 / step_s
+
+
+def _value(metric: Metric, samples: list[float]) -> str:
+    if metric.kind == 'bytes':
+        return f'{samples[0] / 1024:.1f} KiB' if samples else '—'
+    return _spread(samples, '.1f' if metric.kind == 'us' else '.3f')
 
 
 def _spread(samples: list[float], fmt: str = '.3f') -> str:
@@ -106,26 +112,23 @@ def markdown(judged: list[Judged], device: str) -> str:
         '',
         '## Headline per release',
         '',
-        '| env | family | shim-batch / unpatched | | shim-microbatch / native-microbatch | | shim-microbatch / '
-        'unpatched (reported) | hook µs/batch (batch · microbatch) | | recipe bytes shim / unpatched | | machine |',
-        '|---|---|---|---|---|---|---|---|---|---|---|---|',
+        'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
+        'it is not gated on that release or device).',
+        '',
+        '| env | family | ' + ' | '.join(m.title for m in METRICS) + ' | recipe bytes shim / unpatched | machine |',
+        '|' + '---|' * (len(METRICS) + 4),
     ]
     for r in judged:
-        res, hook = r.result, r.result.hook_overhead_us
-        hooks = ' · '.join(_spread(hook[s], '.1f') for s in ('batch', 'microbatch') if s in hook) or 'n/a'
+        res = r.result
         bytes_ratio = res.recipe.bytes_shim_vs_unpatched
         planted = (f' (PLANTED: transform {res.planted_slowdown:.0%} slower)' if res.planted_slowdown else '') + (
             f' (PLANTED: +{res.planted_hook_us:g} µs per hook call)' if res.planted_hook_us else ''
         )
+        cells = [f'{_value(m, m.samples(res))} · {r.outcome(m.id)}' for m in METRICS]
         out.append(
-            f'| {res.env}{planted} | {res.family} | {_spread(res.ratios.get("shim-batch/unpatched", []))} '
-            f'| {r.outcome("shim-batch/unpatched")} '
-            f'| {_spread(res.ratios.get("shim-microbatch/native-microbatch", []))} '
-            f'| {r.outcome("shim-microbatch/native-microbatch")} '
-            f'| {_spread(res.ratios.get("shim-microbatch/unpatched", []))} | {hooks} '
-            f'| {r.outcome("hook overhead µs/batch (batch)")} '
-            f'| {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {r.outcome("bytes per step (shim-batch)")} '
-            f'| {_pct(r.machine_change())} |'
+            f'| {res.env}{planted} | {res.family} | '
+            + ' | '.join(cells)
+            + f' | {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {_pct(r.machine_change())} |'
         )
     out += [
         '',
@@ -142,9 +145,9 @@ def markdown(judged: list[Judged], device: str) -> str:
     for r in judged:
         share = monitor_share(r.result)
         out.append(
-            f'| {r.result.env} | {_spread(r.result.monitor_overhead_us, ".1f")} | {r.outcome(judging.MONITOR_METRIC)} '
+            f'| {r.result.env} | {_spread(MONITOR_US.samples(r.result), ".1f")} | {r.outcome(MONITOR_US.id)} '
             f'| {"—" if share is None else f"{share:.2%}" + (" (over the limit)" if share > MONITOR_LIMIT else "")} '
-            f'| {_spread(r.result.ratios.get("shim-batch+monitor/shim-batch", []))} |'
+            f'| {_spread(MONITOR_RATIO.samples(r.result))} |'
         )
     out += [
         '',
@@ -250,7 +253,9 @@ def plot_ratios(judged: list[Judged], path: Path) -> None:
     """The gated ratios per release (median, IQR bars), each over its baseline's band of ± the minimum effect."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
-    for offset, metric in ((-0.12, judging.GATED_RATIOS[0]), (0.12, judging.GATED_RATIOS[1])):
+    gated = [m.id for m in METRICS if m.kind == 'ratio' and m.gated != 'never']
+    for index, metric in enumerate(gated):
+        offset = 0.24 * (index - (len(gated) - 1) / 2)
         xs, ys, lo, hi = [], [], [], []
         for x, r in enumerate(judged):
             samples = r.result.ratios.get(metric)

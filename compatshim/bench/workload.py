@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
 __all__ = [
+    'VERSION',
     'Augment',
     'RecipeTransform',
     'SIZES',
@@ -33,6 +34,11 @@ __all__ = [
     'recipe_loader',
     'recipe_model',
 ]
+
+
+#: The version of the workloads' code: bump it with any change to what a leg measures (loaders, models, transforms,
+#: sizes). A baseline of another version is *not comparable* (``compatshim.bench.metrics.comparable``): re-record.
+VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)

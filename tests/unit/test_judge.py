@@ -67,7 +67,7 @@ def test_committed_report_is_an_unchanged_pair_and_reproduces(tmp_path: Path) ->
     gives the committed report.md and report.json back, byte for byte, and no regression."""
     out = tmp_path / 'again'
     code = _cli.main(
-        ['report', '--results', str(REPORT / 'report.json'), '--baselines', 'matrix/baselines', '--out', str(out)]
+        ['report', '--results', str(REPORT / 'report.json'), '--baselines', str(BASELINES), '--out', str(out)]
         + ['--no-png']
     )
     assert code == 0
@@ -288,6 +288,43 @@ def test_report_records_missing_baselines_only(tmp_path: Path) -> None:
     assert (baselines / 'cpu' / 'composer0.26.1-cpu.json').read_text() == first
 
 
+def test_a_release_without_a_baseline_fails_the_main_job_naming_the_record_command(tmp_path: Path, capsys: Any) -> None:
+    """A renamed env (or a forgotten --record) on a device that has baselines: exit 1, the last line says how to record
+    it; with --record it is recorded instead."""
+    renamed = copy.deepcopy(recorded('composer0.28.0-cpu'))
+    renamed.env = 'composer0.28.0-renamed-cpu'
+    code, _ = _report(tmp_path, renamed)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 1
+    assert last.startswith('MISSING BASELINE composer0.28.0-renamed-cpu: ')
+    assert last.endswith('record it: tox -e bench-composer0.28.0-renamed-cpu,report -- --record')
+
+
+def test_a_baseline_of_another_workload_version_is_not_comparable(tmp_path: Path) -> None:
+    """Said so, metric by metric, and not judged: a result 5x slower than such a baseline is no regression."""
+    result = recorded('composer0.28.0-cpu')
+    other = copy.deepcopy(result)
+    other.fingerprint['workload_version'] = 2
+    judgements = judge.judge(_scaled(result, shim=0.2), other)
+    metrics = [j for j in judgements if not j.metric.startswith('placement')]
+    assert metrics and {j.outcome for j in metrics} == {'not comparable'}
+    assert all('workload version 2 in the baseline, 1 now' in j.reason for j in metrics)
+    assert judge.worst(judgements) == 'not comparable'
+
+
+def test_no_metric_is_named_outside_the_registry() -> None:
+    """measure, judge, report and the CLI take every metric from compatshim/bench/metrics.py: no metric id, and no
+    position in a list of them, appears in their source."""
+    from compatshim.bench.metrics import METRICS
+
+    for name in ('bench/measure.py', 'bench/judge.py', 'bench/report.py', '_cli.py'):
+        source = (ROOT / 'compatshim' / name).read_text()
+        named = [m.id for m in METRICS if m.id in source]
+        assert named == [], f'{name} names {named}'
+        for positional in ('RATIOS[', 'GATED_RATIOS', 'METRICS['):
+            assert positional not in source, f'{name} indexes {positional}'
+
+
 def test_report_refuses_what_it_cannot_read(tmp_path: Path, capsys: Any) -> None:
     bad = tmp_path / 'bad.json'
     bad.write_text('{"a": 1}')
@@ -313,7 +350,7 @@ def test_results_gathered_from_runners_give_the_report_of_tox_e_report(tmp_path:
         (folder / result.device / f'bench-{result.env}.json').write_text(json.dumps(result.to_json()))
     assert gather([folder]) == results
     out = tmp_path / 'report'
-    args = ['report', '--results', str(folder), '--baselines', 'matrix/baselines', '--out', str(out), '--no-png']
+    args = ['report', '--results', str(folder), '--baselines', str(BASELINES), '--out', str(out), '--no-png']
     assert _cli.main(args) == 0
     for name in ('report.md', 'report.json'):
         assert (out / 'cpu' / name).read_text() == (REPORT / name).read_text(), name
