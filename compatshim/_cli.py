@@ -11,15 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim._settings import EXIT_CONFIG
+from compatshim import _exits
 from compatshim._stages import STAGES
 from compatshim.errors import ConfigurationError
 
 __all__ = ['main']
-
-EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-#: As a shell says it: a command that cannot be run (not executable), and one that is not there.
-EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -34,17 +30,17 @@ def _run_command(args: argparse.Namespace) -> int:
             '[--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]',
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return _exits.NOT_DONE
     try:
         env = child_environment(os.environ, args.stage, args.allow_untested, args.monitor)
     except ConfigurationError as exc:
         print(f'{exc} (compatshim run: nothing was run)', file=sys.stderr)
-        return EXIT_CONFIG
+        return _exits.NOT_DONE
     try:
         exec_command(command, env)
     except OSError as exc:  # exec never happened: as a shell, 126 for a command that cannot run, 127 for none
         print(f'compatshim run: cannot run {command[0]!r}: {exc.strerror or exc}', file=sys.stderr)
-        return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
+        return _exits.NOT_FOUND if isinstance(exc, FileNotFoundError) else _exits.CANNOT_RUN
 
 
 def _doctor_command(args: argparse.Namespace) -> int:
@@ -54,7 +50,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
         report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
     except ConfigurationError as exc:
         print(f'{exc} (compatshim doctor: nothing was checked)', file=sys.stderr)
-        return EXIT_CONFIG
+        return _exits.NOT_DONE
     print(json.dumps(report, indent=2) if args.json else doctor.text(report))
     return int(report['exit_code'])
 
@@ -106,18 +102,18 @@ def _bench_command(args: argparse.Namespace) -> int:
         )
     except (ValueError, RuntimeError, ImportError) as exc:
         print(f'compatshim bench: {exc}', file=sys.stderr)
-        return EXIT_ERROR
+        return _exits.NOT_DONE
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
     print(_summary(result))
     if not args.baselines:
-        return EXIT_OK
+        return _exits.OK
     judgements = judge.judge(result, results.load_baseline(args.baselines, result))
     for judgement in judgements:
         if judgement.outcome != 'ok':
             print(judgement.line(result.env))
-    return EXIT_REGRESSION if judge.worst(judgements) == 'regression' else EXIT_OK
+    return _exits.REGRESSION if judge.worst(judgements) == 'regression' else _exits.OK
 
 
 def _report_command(args: argparse.Namespace) -> int:
@@ -125,12 +121,12 @@ def _report_command(args: argparse.Namespace) -> int:
 
     if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
         print(f'compatshim report: --baselines {args.baselines}: no such directory', file=sys.stderr)
-        return EXIT_ERROR
+        return _exits.NOT_DONE
     try:
         found = results.gather(args.results)
     except ValueError as exc:
         print(f'compatshim report: {exc}', file=sys.stderr)
-        return EXIT_ERROR
+        return _exits.NOT_DONE
     if args.envs:
         wanted = set(args.envs.split(','))
         found = [r for r in found if r.env in wanted or r.env.rsplit('-', 1)[0] in wanted]
@@ -140,7 +136,7 @@ def _report_command(args: argparse.Namespace) -> int:
             '(tox -m report, or compatshim bench --out DIR/ENV.json)',
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return _exits.NOT_DONE
     judged: dict[str, list[report.Judged]] = {}
     missing: list[str] = []
     for result in found:
@@ -172,7 +168,7 @@ def _report_command(args: argparse.Namespace) -> int:
     print(f'{len(found)} env(s), worst outcome {judge.worst(every)}')
     for line in failures + missing:  # the last lines of a failed run: env, metric, baseline, current, threshold
         print(line)
-    return EXIT_REGRESSION if failures or missing else EXIT_OK
+    return _exits.REGRESSION if failures or missing else _exits.OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -2,7 +2,7 @@
 
 Every entry point reads them here — ``enable()``, ``compatshim run``, ``compatshim doctor``, the pytest plugin — so a
 bad value gets the same one-line message everywhere (the setting, the value, what is allowed), and the same exit code
-on the command line (:data:`EXIT_CONFIG`).
+on the command line (:data:`compatshim._exits.NOT_DONE`).
 
 - ``stage``: the argument, else ``COMPATSHIM_STAGE``, else ``'batch'``;
 - ``allow_untested``: the argument (``True`` or ``False``), else ``COMPATSHIM_ALLOW_UNTESTED``, else off;
@@ -27,14 +27,15 @@ from compatshim.errors import ConfigurationError
 
 __all__ = [
     'ALLOW_UNTESTED_VAR',
-    'EXIT_CONFIG',
     'KILL_SWITCH',
     'MONITOR_VAR',
     'STAGE_VAR',
+    'VARIABLES',
     'Settings',
     'kill_switch_on',
     'monitor',
     'resolve',
+    'variables_markdown',
 ]
 
 #: The operators' kill switch: 1/true/yes/on and ``enable()`` patches nothing (0/false/no/off or unset: off).
@@ -45,8 +46,34 @@ STAGE_VAR = 'COMPATSHIM_STAGE'
 ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
 #: Attach a ``TransformMonitor`` to every Trainer of the run (``compatshim run --monitor``): on, strict, or off.
 MONITOR_VAR = 'COMPATSHIM_MONITOR'
-#: The exit code of every ``compatshim`` command for a setting that is not allowed (as argparse's usage errors).
-EXIT_CONFIG = 2
+
+#: Every environment variable compatshim reads: (name, what sets it, what it means). The docs render it.
+VARIABLES: tuple[tuple[str, str, str], ...] = (
+    (
+        STAGE_VAR,
+        '`compatshim run --stage`',
+        'the default stage of every `enable()` in the run (a stage passed in code wins)',
+    ),
+    (
+        ALLOW_UNTESTED_VAR,
+        '`compatshim run --allow-untested`',
+        'patch a Composer newer than the support table if its code has a known shape',
+    ),
+    (KILL_SWITCH, 'you', 'the kill switch: still wins; `enable()` patches nothing and warns once per process'),
+    (
+        MONITOR_VAR,
+        '`compatshim run --monitor` (`1`), `--monitor=strict` (`strict`)',
+        'attach a `TransformMonitor` to every Trainer of the run (`import compatshim.auto` honours it too); the kill '
+        'switch does not turn it off',
+    ),
+)
+
+
+def variables_markdown() -> str:
+    """:data:`VARIABLES` as a Markdown table."""
+    rows = ['| variable | set by | meaning |', '|---|---|---|']
+    return '\n'.join(rows + [f'| `{name}` | {by} | {meaning} |' for name, by, meaning in VARIABLES])
+
 
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
 

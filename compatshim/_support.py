@@ -2,8 +2,9 @@
 
 This module is the single source of truth for version gating. The code gates on it, ``tox.ini`` has one env per
 row of :data:`TESTED_RELEASES` (and the CI workflow plans from tox.ini), ``matrix/`` has one frozen requirement file
-per row, and the README's support table has one line per row (``tests/unit/test_support_table.py`` checks that all of
-them agree). It imports nothing heavy: only :mod:`packaging`.
+per row, and the README's support table has one line per row (:func:`markdown_table`; the docs render it from here).
+tox.ini and the README are edited by hand; ``tests/unit/test_support_table.py`` fails until all of them agree. It
+imports nothing heavy: only :mod:`packaging`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from packaging.version import Version
 __all__ = [
     'AFFECTED',
     'Family',
-    'FORWARD_COMPAT',
     'TestedRelease',
     'TESTED_RELEASES',
     'UNAFFECTED',
     'family_of',
+    'markdown_table',
 ]
 
 #: Releases that run ``device_transforms`` on the device themselves: the shim leaves them alone.
@@ -137,5 +138,14 @@ TESTED_RELEASES: tuple[TestedRelease, ...] = (
     *(TestedRelease('0.32.1', '2.7.0', '0.22.0', python=python) for python in ('3.10', '3.13')),
 )
 
-#: The forward-compat leg: the newest release on a torch newer than it allows.
-FORWARD_COMPAT = next(row for row in TESTED_RELEASES if row.override)
+
+def markdown_table() -> str:
+    """The support table in Markdown, one line per row of :data:`TESTED_RELEASES` on the default Python (the Python
+    factor's rows repeat a release on other interpreters): the README's and the docs'."""
+    rows = ['| Composer | torch (matrix) | without the shim | `enable()` |', '|---|---|---|---|']
+    rows += [
+        f'| {r.composer} | {r.torch} | {r.behaviour} | {r.verdict} |'
+        for r in TESTED_RELEASES
+        if r.python == DEFAULT_PYTHON
+    ]
+    return '\n'.join(rows)

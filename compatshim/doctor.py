@@ -26,14 +26,15 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from compatshim import _api, _settings
+from compatshim import _api, _exits, _settings
 from compatshim._api import Verdict
 from compatshim._state import STATE
 from compatshim.errors import CompatShimWarning
 
-__all__ = ['SelfCheck', 'conclude', 'diagnose', 'main', 'text']
+__all__ = ['SelfCheck', 'conclude', 'diagnose', 'text']
 
-EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = 0, 1, 2, 3
+#: The doctor's exit codes (every command's are in :mod:`compatshim._exits`).
+EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = _exits.OK, _exits.AFFECTED, _exits.NOT_DONE, _exits.NOT_FIXED
 _PATCH_TARGETS = (
     'composer.core.data_spec.DataSpec.__init__',
     'composer.trainer.trainer.Trainer._train_loop',
@@ -317,12 +318,7 @@ def text(report: dict[str, Any]) -> str:
     return '\n'.join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m compatshim.doctor [options]``: the same as ``compatshim doctor [options]``."""
-    from compatshim._cli import main as cli_main
+if __name__ == '__main__':  # python -m compatshim.doctor [options]: the same as compatshim doctor [options]
+    from compatshim._cli import main
 
-    return cli_main(['doctor', *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(main(['doctor', *sys.argv[1:]]))

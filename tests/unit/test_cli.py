@@ -18,7 +18,7 @@ import packaging
 import pytest
 
 import compatshim
-from compatshim import doctor
+from compatshim import _cli, doctor
 from compatshim._bootstrap import BOOTSTRAP_DIR, child_environment
 
 RUN = [sys.executable, '-m', 'compatshim', 'run']
@@ -210,7 +210,7 @@ def test_console_script_and_python_m_doctor() -> None:
 
 def test_doctor_cannot_tell_without_composer(capsys: pytest.CaptureFixture[str]) -> None:
     """This env has no Composer (nor torch): the doctor says so, with exit 2, and starts no child."""
-    assert doctor.main([]) == doctor.EXIT_UNKNOWN
+    assert _cli.main(['doctor']) == doctor.EXIT_UNKNOWN
     assert 'not installed' in capsys.readouterr().out
 
 

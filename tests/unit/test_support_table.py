@@ -25,7 +25,7 @@ def _tox() -> configparser.ConfigParser:
 
 
 #: Envs in tox's env_list that are not rows of the support table (tooling checks run by `tox` too).
-TOOLING_ENVS = ['unit', 'lint', 'build', 'gpu-kit-offline']
+TOOLING_ENVS = ['unit', 'lint', 'docs', 'build', 'gpu-kit-offline']
 
 
 def test_tox_env_list_is_the_table_on_cpu() -> None:

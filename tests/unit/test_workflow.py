@@ -132,6 +132,12 @@ def test_actionlint_knows_the_self_hosted_gpu_label(tmp_path: Path) -> None:
     assert found.returncode == 1 and 'label "gpu" is unknown' in found.stdout, found.stdout
 
 
+def test_the_docs_job_uploads_the_built_site(workflow: dict[str, Any]) -> None:
+    uploads = [step for step in workflow['jobs']['cpu']['steps'] if step.get('with', {}).get('name') == 'site']
+    assert len(uploads) == 1 and uploads[0]['if'] == "matrix.env == 'docs'" and uploads[0]['with']['path'] == 'site/'
+    assert 'docs' in [entry['env'] for entry in plan.plan()['cpu']]
+
+
 def test_dependabot_keeps_the_actions_current() -> None:
     config = yaml.safe_load((ROOT / '.github' / 'dependabot.yml').read_text())
     assert config['version'] == 2

@@ -1,0 +1,67 @@
+"""Every exit code of the ``compatshim`` commands, in one table: the code uses the constants, the README and the docs
+render :data:`TABLE` (``tests/unit/test_docs.py`` holds the README's copy to it). Imports nothing.
+
+Exit 2 means one thing everywhere: *nothing was done*, because the input (an option, a setting, a file) is not
+allowed or the environment cannot answer the question asked (the doctor: Composer or torch missing, a release
+outside the support table, an absent device). The message, on one line, says which.
+"""
+
+from __future__ import annotations
+
+__all__ = ['AFFECTED', 'CANNOT_RUN', 'NOT_DONE', 'NOT_FIXED', 'NOT_FOUND', 'OK', 'REGRESSION', 'TABLE']
+
+#: Success: the doctor found nothing to fix (or the shim fixes it and is on), the bench or report found no regression.
+OK = 0
+#: ``compatshim doctor``: affected, and the shim fixes it here (add the one line), or the kill switch is set.
+AFFECTED = 1
+#: ``compatshim bench --baselines`` / ``compatshim report``: a regression, or a release without its baseline.
+REGRESSION = 1
+#: Nothing was done: bad input, a setting that is not allowed, or (the doctor) a question it cannot answer here.
+NOT_DONE = 2
+#: ``compatshim doctor``: affected, and the shim does not fix it here (please report the output).
+NOT_FIXED = 3
+#: ``compatshim run``: COMMAND was found but cannot be run; it was not found (as a shell says them).
+CANNOT_RUN, NOT_FOUND = 126, 127
+
+#: code -> what it means for each command (a command that never exits with the code has no entry).
+TABLE: tuple[tuple[int, dict[str, str]], ...] = (
+    (
+        0,
+        {
+            'compatshim doctor': 'fine: unaffected, or affected and the shim is enabled in this process and fixes it',
+            'compatshim run -- COMMAND': "COMMAND's own exit code, whatever it is (the run replaces itself with it)",
+            'compatshim bench / report': 'measured and judged: no regression',
+        },
+    ),
+    (
+        1,
+        {
+            'compatshim doctor': 'affected, and the shim fixes it here: add the one line (or use compatshim run); '
+            'also when COMPATSHIM_DISABLE is set',
+            'compatshim bench / report': 'a regression, or a release without a baseline where its device has some '
+            '(the last lines name each)',
+        },
+    ),
+    (
+        2,
+        {
+            'compatshim doctor': 'nothing checked: a setting that is not allowed, Composer or torch missing, a release '
+            'outside the support table without --allow-untested, or the --device asked for absent',
+            'compatshim run -- COMMAND': 'nothing run: a setting that is not allowed, or no COMMAND given',
+            'compatshim bench / report': 'nothing judged: bad input (an unknown size or device, a file that is not a '
+            'result, no results, a missing baselines directory)',
+        },
+    ),
+    (3, {'compatshim doctor': 'affected, and the shim does not fix it here: please report the output'}),
+    (126, {'compatshim run -- COMMAND': 'COMMAND was found but cannot be run (not executable), as a shell says it'}),
+    (127, {'compatshim run -- COMMAND': 'COMMAND was not found, as a shell says it'}),
+)
+
+
+def markdown() -> str:
+    """:data:`TABLE` as a Markdown table, one column per command."""
+    commands = list(dict.fromkeys(name for _, meanings in TABLE for name in meanings))
+    rows = ['| exit | ' + ' | '.join(f'`{c}`' for c in commands) + ' |', '|---|' + '---|' * len(commands)]
+    for code, meanings in TABLE:
+        rows.append(f'| {code} | ' + ' | '.join(meanings.get(c, '') for c in commands) + ' |')
+    return '\n'.join(rows)
