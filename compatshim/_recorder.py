@@ -120,7 +120,7 @@ class _EventClock:
 def clock_for(device_kind: str) -> Any:
     """The clock for a transform running on ``device_kind`` (``cuda``, ``mps``, anything else: the host's)."""
     if device_kind == 'cuda' and torch.cuda.is_available():
-        return _EventClock('cuda', lambda: torch.cuda.Event(enable_timing=True))
+        return _EventClock('cuda', lambda: torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
     mps_event = getattr(getattr(torch, 'mps', None), 'Event', None)
     if device_kind == 'mps' and mps_event is not None:
         return _EventClock('mps', lambda: mps_event(enable_timing=True))

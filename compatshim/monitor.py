@@ -409,11 +409,11 @@ class TransformMonitor(Callback):
             bytes_by_dtype={dtype: n // max(steps, 1) for dtype, n in moved.dtypes.most_common() if n // max(steps, 1)},
         )
         metrics: dict[str, float] = {f'data/{label}/steps': steps}
-        for name, one in transforms.items():
-            metrics[f'data/{label}/{name}/total_calls'] = one.calls
-            metrics[f'data/{label}/{name}/median_calls'] = one.calls_per_step
-            if one.ms_per_step is not None:
-                metrics[f'data/{label}/{name}/median_time_ms'] = one.ms_per_step
+        for name, transform in transforms.items():
+            metrics[f'data/{label}/{name}/total_calls'] = transform.calls
+            metrics[f'data/{label}/{name}/median_calls'] = transform.calls_per_step
+            if transform.ms_per_step is not None:
+                metrics[f'data/{label}/{name}/median_time_ms'] = transform.ms_per_step
         metrics[f'data/{label}/median_bytes_to_device'] = summary.bytes_per_step
         logger.log_metrics(metrics)
         logger.log_traces({f'data/{label}/summary': summary.line})

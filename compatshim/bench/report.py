@@ -66,7 +66,7 @@ def monitor_share(result: BenchResult) -> Optional[float]:
     leg, us = result.legs.get(MONITOR_RATIO.source[1]), MONITOR_US.samples(result)
     if not us or leg is None or not leg.samples_per_s:
         return None
-    step_s = result.fingerprint['size']['batch'] / statistics.median(leg.samples_per_s)
+    step_s = float(result.fingerprint['size']['batch']) / statistics.median(leg.samples_per_s)
     return statistics.median(us) * 1e-6 / step_s
 
 

@@ -53,13 +53,15 @@ def _make_trainer_init(original: Callable[..., None], record: _state.Patch) -> C
             try:
                 bound = signature.bind_partial(self, *args, **kwargs)
             except TypeError:  # let Composer report its own argument error
-                return record.original(self, *args, **kwargs)
+                record.original(self, *args, **kwargs)
+                return
             callbacks = bound.arguments.get('callbacks')
             listed = [] if callbacks is None else [callbacks] if not isinstance(callbacks, (list, tuple)) else callbacks
             if not any(isinstance(cb, TransformMonitor) for cb in listed):
                 bound.arguments['callbacks'] = [*listed, TransformMonitor(**_ATTACH[0])]
-            return record.original(*bound.args, **bound.kwargs)
-        return record.original(self, *args, **kwargs)
+            record.original(*bound.args, **bound.kwargs)
+            return
+        record.original(self, *args, **kwargs)
 
     return __init__
 
