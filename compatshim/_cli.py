@@ -7,13 +7,14 @@ import json
 import os
 import statistics
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from compatshim import _exits
 from compatshim._stages import STAGES
-from compatshim.errors import ConfigurationError
+from compatshim.errors import CompatShimWarning, ConfigurationError
 
 __all__ = ['main']
 
@@ -47,10 +48,17 @@ def _doctor_command(args: argparse.Namespace) -> int:
     from compatshim import doctor
 
     try:
-        report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
     except ConfigurationError as exc:
         print(f'{exc} (compatshim doctor: nothing was checked)', file=sys.stderr)
         return _exits.NOT_DONE
+    for found in caught:  # a command line says it in one line (an ignored setting), not in Python's warning format
+        if issubclass(found.category, CompatShimWarning):
+            print(f'{found.message} (compatshim doctor)', file=sys.stderr)
+        else:
+            warnings.showwarning(found.message, found.category, found.filename, found.lineno)
     print(json.dumps(report, indent=2) if args.json else doctor.text(report))
     return int(report['exit_code'])
 
@@ -117,6 +125,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 
 
 def _report_command(args: argparse.Namespace) -> int:
+    from compatshim._support import split_env
     from compatshim.bench import judge, report, results
 
     if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
@@ -129,7 +138,7 @@ def _report_command(args: argparse.Namespace) -> int:
         return _exits.NOT_DONE
     if args.envs:
         wanted = set(args.envs.split(','))
-        found = [r for r in found if r.env in wanted or r.env.rsplit('-', 1)[0] in wanted]
+        found = [r for r in found if r.env in wanted or split_env(r.env)[0] in wanted]
     if not found:
         print(
             f'compatshim report: no bench results in {", ".join(args.results)}; measure them first '
@@ -223,7 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         '--size',
         choices=('tiny', 'cpu', 'gpu'),
         default=None,
-        help='workload size (default: cpu on cpu, gpu on cuda/mps)',
+        help='workload size (default: COMPATSHIM_BENCH_SIZE, else cpu on cpu, gpu on cuda/mps)',
     )
     bench.add_argument('--out', metavar='FILE', help='write the result as JSON (compatshim report reads it)')
     bench.add_argument(
@@ -262,7 +271,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     args = parser.parse_args(argv)
     if args.subcommand == 'bench' and args.size is None:
-        args.size = 'cpu' if args.device == 'cpu' else 'gpu'
+        from compatshim.bench.workload import default_size
+
+        args.size = os.environ.get('COMPATSHIM_BENCH_SIZE', '').strip() or default_size(args.device)
     return int(args.func(args))
 
 

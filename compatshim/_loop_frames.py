@@ -33,7 +33,7 @@ class LoopFrame:
     mode: str  # 'train' | 'eval' | 'predict'
     armed: Optional[Callable[[Batch], Batch]] = None
     _saved_attr: Any = _MISSING  # the device's own instance attribute ``batch_to_device``, if it had one
-    _installed: bool = False
+    _interposed: bool = False  # the frame put a _MoveThenTransform on the device
 
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
@@ -41,16 +41,16 @@ class LoopFrame:
         if not isinstance(vars(self.device).get('batch_to_device'), _MoveThenTransform):
             self._saved_attr = vars(self.device).get('batch_to_device', _MISSING)
             self.device.batch_to_device = _MoveThenTransform(self.device, self.device.batch_to_device)
-            self._installed = True
+            self._interposed = True
 
     def close(self) -> None:
-        if not self._installed:
+        if not self._interposed:
             return
         if self._saved_attr is _MISSING:
             del self.device.batch_to_device
         else:
             self.device.batch_to_device = self._saved_attr
-        self._installed = False
+        self._interposed = False
 
 
 class _MoveThenTransform:

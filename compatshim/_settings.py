@@ -66,6 +66,11 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         'attach a `TransformMonitor` to every Trainer of the run (`import compatshim.auto` honours it too); the kill '
         'switch does not turn it off',
     ),
+    (
+        'COMPATSHIM_BENCH_SIZE',
+        'you',
+        '`compatshim bench --size` when it is not given: `tiny`, `cpu`, `gpu` (unset: `cpu` on cpu, `gpu` on cuda/mps)',
+    ),
 )
 
 
@@ -91,7 +96,10 @@ class Settings:
 
 def kill_switch_on(environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether :data:`KILL_SWITCH` is on (a value that is not allowed counts as off: for messages; never raises)."""
-    return (os.environ if environ is None else environ).get(KILL_SWITCH, '').strip().lower() in _TRUE
+    try:
+        return _flag(KILL_SWITCH, (os.environ if environ is None else environ).get(KILL_SWITCH, ''))
+    except ConfigurationError:
+        return False
 
 
 def monitor(environ: Optional[Mapping[str, str]] = None) -> str:

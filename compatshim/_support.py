@@ -21,8 +21,10 @@ __all__ = [
     'TestedRelease',
     'TESTED_RELEASES',
     'UNAFFECTED',
+    'UNAFFECTED_FAMILY',
     'family_of',
     'markdown_table',
+    'split_env',
 ]
 
 #: Releases that run ``device_transforms`` on the device themselves: the shim leaves them alone.
@@ -42,6 +44,10 @@ class Family(str, enum.Enum):
     #: 0.29.0 and later: the keyword is gone and ``DataSpec`` raises ``TypeError``.
     REJECTED = 'rejected'
 
+
+#: What results, reports and ``runs_in('family:...')`` call the releases below 0.25.0, which have no family (they need
+#: no patch). Not a :class:`Family` member: :func:`family_of` and ``status().family`` give ``None`` for them.
+UNAFFECTED_FAMILY = 'unaffected'
 
 _FAMILY_RANGES: tuple[tuple[SpecifierSet, Family], ...] = (
     (SpecifierSet('>=0.25.0,<0.27.0'), Family.HOST),
@@ -97,6 +103,10 @@ class TestedRelease:
             return f'fwd-composer{self.composer}-torch{self.torch}'
         return f'composer{self.composer}' + ('' if self.python == DEFAULT_PYTHON else f'-py{self.python}')
 
+    def on(self, device: str) -> str:
+        """The tox env of this row on ``device`` (``composer0.28.0-cpu``): see :func:`split_env`."""
+        return f'{self.env}-{device}'
+
     @property
     def family(self) -> Family | None:
         """The row's family, or ``None`` when unaffected."""
@@ -137,6 +147,19 @@ TESTED_RELEASES: tuple[TestedRelease, ...] = (
     ),
     *(TestedRelease('0.32.1', '2.7.0', '0.22.0', python=python) for python in ('3.10', '3.13')),
 )
+
+
+#: The device factor of an env name: its last ``-`` part.
+DEVICES: tuple[str, ...] = ('cpu', 'cuda', 'mps')
+
+
+def split_env(env: str) -> tuple[str, str]:
+    """``composer0.28.0-py3.9-cpu`` -> (``composer0.28.0-py3.9``, ``cpu``): the row part and the device of an env name
+    (``bench-`` dropped); a tooling env (``unit``, ``lint``) is its own row part, on ``cpu``. ``matrix/plan.py`` (which
+    may import nothing) applies the same grammar; ``tests/unit/test_workflow.py`` holds the two together."""
+    name = env.removeprefix('bench-')
+    row, _, device = name.rpartition('-')
+    return (row, device) if device in DEVICES else (name, 'cpu')
 
 
 def markdown_table() -> str:

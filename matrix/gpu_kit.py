@@ -124,8 +124,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
             tests = [python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *args.tests]
             ok &= _step(log, env, f'{release} device tests', *tests)
         out = str(results / f'{release}.json')
-        bench = ['-m', 'compatshim', 'bench', '--device', args.device, '--size', args.size, '--out', out]
-        ok &= _step(log, env, f'{release} bench ({args.device}, size {args.size})', python, *bench)
+        size = ['--size', args.size] if args.size else []  # else compatshim bench's default for the device
+        bench = ['-m', 'compatshim', 'bench', '--device', args.device, *size, '--out', out]
+        ok &= _step(log, env, f'{release} bench ({args.device}, size {args.size or "default"})', python, *bench)
     if list(results.glob('*.json')):
         report = ['-m', 'compatshim', 'report', '--results', str(results), '--baselines', str(args.baselines)]
         report += ['--out', str(args.out)] + (['--record'] if args.record_if_missing else [])
@@ -161,7 +162,9 @@ def main(argv: list[str]) -> int:
     go = sub.add_parser('run', help='install offline and run the device tests, the bench and the report')
     go.add_argument('--wheelhouse', type=Path, required=True)
     go.add_argument('--device', choices=('cuda', 'mps', 'cpu'), default='cuda')
-    go.add_argument('--size', choices=('tiny', 'cpu', 'gpu'), help='workload size (default: gpu; cpu on cpu)')
+    go.add_argument(
+        '--size', choices=('tiny', 'cpu', 'gpu'), help="workload size (default: compatshim bench's for the device)"
+    )
     go.add_argument('--tests', default=','.join(DEVICE_TESTS), help='comma-separated test files ("" for none)')
     go.add_argument('--work', type=Path, help='where the venvs and results go (default: a temporary directory)')
     go.add_argument('--out', type=Path, default=ROOT / 'matrix' / 'reports', help='report directory (per device)')
@@ -179,7 +182,6 @@ def main(argv: list[str]) -> int:
     missing = [r for r in args.releases if not (args.wheelhouse / f'{r}.txt').exists()]
     if missing:
         parser.error(f'{args.wheelhouse} has no {", ".join(missing)}.txt: run prepare for those releases first')
-    args.size = args.size or ('cpu' if args.device == 'cpu' else 'gpu')
     args.tests = [t for t in args.tests.split(',') if t]
     args.wheelhouse, args.out, args.baselines = args.wheelhouse.resolve(), args.out.resolve(), args.baselines.resolve()
     with tempfile.TemporaryDirectory(prefix='compatshim-gpu-kit-') as tmp:

@@ -63,7 +63,8 @@ def tox_config() -> tuple[list[str], dict[str, list[str]]]:
 
 
 def _entry(env: str) -> dict[str, Any]:
-    """What a job needs to run one env: its Python, the lock file keying its cache, its device."""
+    """What a job needs to run one env: its Python, the lock file keying its cache, its device (the env-name grammar of
+    ``compatshim._support.split_env``, which this script cannot import: it runs before anything is installed)."""
     name, _, device = env.removeprefix('bench-').rpartition('-')
     row, device = (name, device) if device in ('cpu', 'cuda', 'mps') else (env, 'cpu')  # unit, lint, build, ...
     python = re.search(r'-py(3\.\d+)$', row)

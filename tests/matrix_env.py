@@ -26,7 +26,15 @@ from typing import Optional
 
 from packaging.version import Version
 
-from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, Family, TestedRelease, family_of
+from compatshim._support import (
+    AFFECTED,
+    DEFAULT_PYTHON,
+    TESTED_RELEASES,
+    UNAFFECTED_FAMILY,
+    Family,
+    TestedRelease,
+    family_of,
+)
 
 __all__ = [
     'COMPOSER',
@@ -51,7 +59,7 @@ COMPOSER = _installed('mosaicml')
 FAMILY: Optional[Family] = family_of(COMPOSER) if COMPOSER is not None and COMPOSER in AFFECTED else None
 IS_AFFECTED = FAMILY is not None
 #: The family's name as ``runs_in('family:<name>')`` writes it (``unaffected`` for 0.24.1 and older).
-FAMILY_NAME = FAMILY.value if FAMILY else 'unaffected'
+FAMILY_NAME = FAMILY.value if FAMILY else UNAFFECTED_FAMILY
 PYTHON = f'{sys.version_info.major}.{sys.version_info.minor}'
 
 
@@ -104,11 +112,11 @@ def envs_of(where: str, device: str = 'cpu') -> list[str]:
     if role == 'unit':
         return ['unit']
     if role == 'family':
-        rows = [r for f, r in FAMILY_ROWS.items() if not family or (f.value if f else 'unaffected') == family]
+        rows = [r for f, r in FAMILY_ROWS.items() if not family or (f.value if f else UNAFFECTED_FAMILY) == family]
     elif role == 'python':
         rows = [r for r in TESTED_RELEASES if r.python != DEFAULT_PYTHON]
     elif role == 'forward':
         rows = [r for r in TESTED_RELEASES if r.override]
     else:
         rows = [r for r in TESTED_RELEASES if r.python == DEFAULT_PYTHON and not r.override]
-    return [f'{r.env}-{device}' for r in rows]
+    return [r.on(device) for r in rows]

@@ -26,7 +26,7 @@ import torch
 
 import compatshim
 from compatshim._api import _installed
-from compatshim._support import TESTED_RELEASES, Family, family_of
+from compatshim._support import TESTED_RELEASES, UNAFFECTED_FAMILY, Family, family_of
 from compatshim.bench import overhead
 from compatshim.bench.metrics import METRICS
 from compatshim.bench.results import BenchResult, LegResult, Recipe, now
@@ -101,7 +101,7 @@ def env_name(device: str) -> str:
     python = f'{sys.version_info.major}.{sys.version_info.minor}'
     for row in TESTED_RELEASES:
         if (row.composer, row.torch, row.python) == (composer, torch_version, python):
-            return f'{row.env}-{device}'
+            return row.on(device)
     return f'composer{composer}-torch{torch_version}-{device}'
 
 
@@ -441,7 +441,7 @@ def measure(
         composer=composer,
         torch=torch.__version__,
         device=device,
-        family=getattr(family_of(composer), 'value', 'unaffected'),
+        family=getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
         fingerprint={**fingerprint(device, size_name, size), 'allocator': allocator},
         measured_at=now(),
         legs=checked,
@@ -450,7 +450,6 @@ def measure(
         hook_overhead_us=hook,
         patched_by_enable=patched,
         monitor_overhead_us=monitor_us,
-        load_average=list(os.getloadavg()) if hasattr(os, 'getloadavg') else None,
         planted_slowdown=plant_slowdown,
         planted_hook_us=plant_hook_us,
         elapsed_s=time.perf_counter() - started,

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
+from compatshim._support import split_env
 from compatshim.bench import judge as judging
 from compatshim.bench.metrics import LEGS, METRICS, MONITOR_RATIO, MONITOR_US, Metric
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
@@ -226,7 +227,7 @@ def _bars(judged: list[Judged], path: Path, title: str, ylabel: str, values: Any
                 errs.append(found[1])
         ax.bar(xs, ys, width, yerr=errs, label=name, capsize=2)
     ax.set_xticks(range(len(judged)))
-    ax.set_xticklabels([r.result.env.rsplit('-', 1)[0] for r in judged], rotation=30, ha='right', fontsize=8)
+    ax.set_xticklabels([split_env(r.result.env)[0] for r in judged], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=len(LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.3))
@@ -274,7 +275,7 @@ def plot_ratios(judged: list[Judged], path: Path) -> None:
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=metric)
     ax.axhline(1.0, color='grey', linewidth=0.8)
     ax.set_xticks(range(len(judged)))
-    ax.set_xticklabels([r.result.env.rsplit('-', 1)[0] for r in judged], rotation=30, ha='right', fontsize=8)
+    ax.set_xticklabels([split_env(r.result.env)[0] for r in judged], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel('throughput ratio (median, IQR bars)')
     ax.set_title(f'Gated same-run ratios per release; green: baseline ± {judging.MIN_EFFECT:.0%}')
     ax.legend(fontsize=8)

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from compatshim._support import UNAFFECTED_FAMILY
+
 __all__ = [
     'SCHEMA',
     'BaselineExistsError',
@@ -58,7 +60,6 @@ class LegResult:
     h2d_bytes_per_step: int = 0
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
-    peak_device_bytes: Optional[int] = None  # cuda only
     #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
     monitor: str = ''
 
@@ -85,7 +86,7 @@ class BenchResult:
     composer: str
     torch: str
     device: str
-    family: str  # 'host', 'dropped', 'rejected' or 'unaffected'
+    family: str  # a Family's value ('host', 'dropped', 'rejected'), or UNAFFECTED_FAMILY
     fingerprint: dict[str, Any]  # the machine and software it ran on (judge.MATCH_KEYS: what µs need to match)
     measured_at: str
     legs: dict[str, LegResult]  # the augment workload, timed
@@ -97,7 +98,6 @@ class BenchResult:
     patched_by_enable: list[str]  # what enable() patched here (nothing, on an unaffected release)
     #: µs per train step that the in-run monitor (``TransformMonitor``) adds (empty: not measured, an older result).
     monitor_overhead_us: list[float] = dataclasses.field(default_factory=list)
-    load_average: Optional[list[float]] = None
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0
     elapsed_s: float = 0.0
@@ -105,7 +105,7 @@ class BenchResult:
 
     @property
     def affected(self) -> bool:
-        return self.family != 'unaffected'
+        return self.family != UNAFFECTED_FAMILY
 
     @property
     def planted(self) -> bool:
@@ -121,12 +121,19 @@ class BenchResult:
         if not isinstance(data, dict) or data.get('schema') != SCHEMA:
             found = data.get('schema') if isinstance(data, dict) else type(data).__name__
             raise ValueError(f'a bench result of schema {found!r}, expected {SCHEMA}: measure it again')
-        fields = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in data.items() if k in fields}
-        legs = {name: LegResult(**leg) for name, leg in data.pop('legs').items()}
+        data = _known(cls, data)
+        legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
         recipe = data.pop('recipe')
-        recipe = Recipe({name: LegResult(**leg) for name, leg in recipe['legs'].items()}, recipe['plain'])
+        recipe = Recipe(
+            {name: LegResult(**_known(LegResult, leg)) for name, leg in recipe['legs'].items()}, recipe['plain']
+        )
         return cls(legs=legs, recipe=recipe, **data)
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has fields for (a stored result may hold fields since retired)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in fields}
 
 
 def now() -> str:

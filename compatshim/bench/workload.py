@@ -30,6 +30,7 @@ __all__ = [
     'WORKLOADS',
     'Workload',
     'bench_loader',
+    'default_size',
     'bench_model',
     'recipe_loader',
     'recipe_model',
@@ -58,6 +59,11 @@ class Size:
     rounds: int
     #: Blur kernel size (odd): the knob that makes the transform heavy.
     blur: int
+
+
+def default_size(device: str) -> str:
+    """The size a device is measured at unless told otherwise: ``cpu`` on the host, ``gpu`` on an accelerator."""
+    return 'cpu' if device == 'cpu' else 'gpu'
 
 
 #: ``cpu``: seconds per leg on 2 cores. ``gpu``: big enough to load an accelerator. ``tiny``: for the test suite.
@@ -250,8 +256,6 @@ class Workload:
     loader: Callable[[Size], DataLoader[Any]]
     model: Callable[[], Any]
     transform: Callable[[Size], Any]
-    #: Whether the model can train on the raw batch (a no-transform leg makes sense).
-    raw_batch_trains: bool
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -261,7 +265,6 @@ WORKLOADS: dict[str, Workload] = {
         bench_loader,
         bench_model,
         lambda size: Augment(size.blur),
-        raw_batch_trains=True,
     ),
     'recipe': Workload(
         'recipe',
@@ -269,6 +272,5 @@ WORKLOADS: dict[str, Workload] = {
         recipe_loader,
         recipe_model,
         lambda size: RecipeTransform(),
-        raw_batch_trains=False,
     ),
 }

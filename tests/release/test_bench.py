@@ -51,7 +51,7 @@ def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> Non
         assert batch_bytes <= legs[name].h2d_bytes_per_step < batch_bytes + 1024, name
 
 
-def test_rounds_ratios_and_hook_overhead(measured: tuple[BenchResult, Path]) -> None:
+def test_rounds_ratios_hook_and_monitor_overhead(measured: tuple[BenchResult, Path]) -> None:
     result, _ = measured
     rounds = result.fingerprint['size']['rounds']
     native = result.legs['native-microbatch'].available
@@ -62,7 +62,14 @@ def test_rounds_ratios_and_hook_overhead(measured: tuple[BenchResult, Path]) -> 
     assert ('shim-microbatch/native-microbatch' in result.ratios) is result.legs['native-microbatch'].available
     assert set(result.hook_overhead_us) == ({'batch', 'microbatch'} if IS_AFFECTED else set())
     assert all(len(samples) == overhead.SAMPLES for samples in result.hook_overhead_us.values())
-    assert result.patched_by_enable == [] or IS_AFFECTED
+    assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
+    assert (
+        len(result.monitor_overhead_us) == overhead.SAMPLES
+        and len(result.ratios['shim-batch+monitor/shim-batch']) == rounds
+    )
+    assert (
+        result.legs['shim-batch+monitor'].placement == 'device' and 'on the device' in result.legs['shim-batch'].monitor
+    )
 
 
 def test_recipe_bytes_and_what_plain_device_transforms_does(measured: tuple[BenchResult, Path]) -> None:

@@ -199,6 +199,19 @@ def test_run_monitor_reaches_the_command(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == '1', proc.stderr
 
 
+def test_an_ignored_setting_is_one_line_on_the_command_line() -> None:
+    """A valid --stage beats a bad COMPATSHIM_STAGE: the doctor says so in one line, not in Python's warning format."""
+    env = {**os.environ, 'COMPATSHIM_STAGE': 'epoch'}
+    proc = subprocess.run(
+        [sys.executable, '-m', 'compatshim', 'doctor', '--stage', 'batch'], env=env, capture_output=True, text=True
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "COMPATSHIM_STAGE 'epoch'" in lines[0] and lines[0].endswith('(compatshim doctor)'), (
+        lines
+    )
+    assert 'warnings.warn' not in proc.stderr and 'Warning:' not in proc.stderr
+
+
 def test_console_script_and_python_m_doctor() -> None:
     """``python -m compatshim.doctor`` works (it used to fail in argparse), and so does the console script."""
     script = Path(sys.executable).parent / 'compatshim'

@@ -132,6 +132,18 @@ def test_actionlint_knows_the_self_hosted_gpu_label(tmp_path: Path) -> None:
     assert found.returncode == 1 and 'label "gpu" is unknown' in found.stdout, found.stdout
 
 
+def test_the_plan_reads_env_names_as_the_support_table_writes_them(planned: dict[str, Any]) -> None:
+    from compatshim._support import split_env
+
+    for entries in planned.values():
+        for entry in entries:
+            row, device = split_env(entry['env'])
+            assert entry['device'] == device, entry
+            assert entry['lock'] == (
+                f'matrix/{row}.txt' if (ROOT / 'matrix' / f'{row}.txt').exists() else 'pyproject.toml'
+            )
+
+
 def test_the_docs_job_uploads_the_built_site(workflow: dict[str, Any]) -> None:
     uploads = [step for step in workflow['jobs']['cpu']['steps'] if step.get('with', {}).get('name') == 'site']
     assert len(uploads) == 1 and uploads[0]['if'] == "matrix.env == 'docs'" and uploads[0]['with']['path'] == 'site/'
