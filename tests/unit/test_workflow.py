@@ -193,6 +193,7 @@ def test_head_summary_says_patched_and_placed(tmp_path: Path) -> None:
         (_doctor(), True, 'the placement tests did not all pass'),
         (None, False, 'the doctor did not run'),
     ],
+    ids=['shape-changed', 'placed-on-host', 'tests-failed', 'no-doctor'],
 )
 def test_head_summary_warns_when_composer_moved(tmp_path: Path, doctor: Any, failed: bool, expected: str) -> None:
     if doctor is not None:
