@@ -53,6 +53,27 @@ def _hooks(data_spec: Any) -> tuple[Callable[[Any], Any], Optional[Callable[[Any
     raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is this release affected?)')
 
 
+def _alternate(
+    path: Callable[[], Any],
+    direct: Callable[[], Any],
+    calls: int,
+    samples: int,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+) -> list[float]:
+    """Warm both up, then ``samples`` times: ``calls`` of ``path``, ``calls`` of ``direct``; µs per call of the path
+    beyond the direct one, one value per sample."""
+    for _ in range(max(1, calls // 10)):
+        path()
+        direct()
+    out = []
+    for _ in range(samples):
+        path_s = _time(path, calls, sync, clock)
+        direct_s = _time(direct, calls, sync, clock)
+        out.append((path_s - direct_s) / calls * 1e6)
+    return out
+
+
 def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock: Callable[[], float]) -> float:
     sync()
     start = clock()
@@ -111,15 +132,7 @@ def hook_overhead_us(
                 def shim() -> Any:
                     return mb_hook(device.batch_to_device(batch_hook(batch)))
 
-            for _ in range(max(1, calls // 10)):  # warm-up
-                shim()
-                direct()
-            out = []
-            for _ in range(samples):
-                shim_s = _time(shim, calls, sync, clock)
-                direct_s = _time(direct, calls, sync, clock)
-                out.append((shim_s - direct_s) / calls * 1e6)
-        return out
+            return _alternate(shim, direct, calls, samples, sync, clock)
     finally:
         compatshim.disable()
 
@@ -194,15 +207,7 @@ def monitor_overhead_us(
         def direct() -> Any:
             return transform(plain.batch_to_device(batch))
 
-        for _ in range(max(1, calls // 10)):  # warm-up
-            monitored()
-            direct()
-        out = []
-        for _ in range(samples):
-            monitored_s = _time(monitored, calls, sync, clock)
-            direct_s = _time(direct, calls, sync, clock)
-            out.append((monitored_s - direct_s) / calls * 1e6)
-        return out
+        return _alternate(monitored, direct, calls, samples, sync, clock)
     finally:
         trainer.close()
 
