@@ -89,7 +89,11 @@ def _where(logger: Any, label: str) -> str:
 @pytest.mark.python
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_metrics_in_train_two_evaluators_and_predict(leg: str) -> None:
-    monitor, logger, _ = _run()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        monitor, logger, _ = _run()
+    ours = [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)]
+    assert ours == [], 'with the shim working, the monitor warns of nothing'
     steps = {'train': 4, 'a': 2, 'b': 2, 'predict': 2}
     for label, n in steps.items():
         assert _logged(logger, f'data/{label}/device_transforms/calls') == [1] * n, label
