@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: compatshim._support.DEFAULT_PYTHON, which this script cannot import (it runs before anything is installed);
+#: tests/unit/test_workflow.py holds every planned env's Python to the support table's.
 DEFAULT_PYTHON = '3.11'
 
 
