@@ -59,16 +59,18 @@ def test_unchanged_code_measured_again_passes(env: str, tmp_path: Path) -> None:
     again = next(r for r in gather([REPORT / 'report.json']) if r.env == env)
     assert again.measured_at != recorded(env).measured_at, 'two different runs'
     judgements = judge.judge(again, recorded(env))
-    assert judge.worst(judgements) == 'ok', [j for j in judgements if j.outcome != 'ok']
+    assert [j for j in judgements if j.outcome == 'regression'] == []
     assert _report(tmp_path, again)[0] == 0
 
 
-def test_committed_report_is_an_unchanged_pair_and_reproduces(tmp_path: Path) -> None:
+def test_committed_report_is_an_unchanged_pair_and_reproduces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed cpu report (a run of unchanged code) judged again under this rule against the committed baselines
-    gives the committed report.md and report.json back, byte for byte, and no regression."""
+    gives the committed report.md and report.json back, byte for byte, and no regression. (Run from the checkout's
+    root, as tox runs the report env: the report names its baselines as the command line spelled them.)"""
+    monkeypatch.chdir(ROOT)
     out = tmp_path / 'again'
     code = _cli.main(
-        ['report', '--results', str(REPORT / 'report.json'), '--baselines', str(BASELINES), '--out', str(out)]
+        ['report', '--results', str(REPORT / 'report.json'), '--baselines', 'matrix/baselines', '--out', str(out)]
         + ['--no-png']
     )
     assert code == 0
@@ -339,7 +341,9 @@ def test_report_refuses_what_it_cannot_read(tmp_path: Path, capsys: Any) -> None
     assert not (tmp_path / 'out').exists()  # nothing half-done
 
 
-def test_results_gathered_from_runners_give_the_report_of_tox_e_report(tmp_path: Path) -> None:
+def test_results_gathered_from_runners_give_the_report_of_tox_e_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A directory of per-env results as CI's artifacts lay them out (``<device>/bench-<env>.json``, from any runners)
     gives, through ``compatshim report`` (what the workflow's report job runs, as ``tox -e report``), the very report
     ``tox -e report`` wrote from the same results: the committed one, byte for byte."""
@@ -350,7 +354,8 @@ def test_results_gathered_from_runners_give_the_report_of_tox_e_report(tmp_path:
         (folder / result.device / f'bench-{result.env}.json').write_text(json.dumps(result.to_json()))
     assert gather([folder]) == results
     out = tmp_path / 'report'
-    args = ['report', '--results', str(folder), '--baselines', str(BASELINES), '--out', str(out), '--no-png']
+    monkeypatch.chdir(ROOT)  # as tox runs the report env (the report names its baselines as they were spelled)
+    args = ['report', '--results', str(folder), '--baselines', 'matrix/baselines', '--out', str(out), '--no-png']
     assert _cli.main(args) == 0
     for name in ('report.md', 'report.json'):
         assert (out / 'cpu' / name).read_text() == (REPORT / name).read_text(), name
