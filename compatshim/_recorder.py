@@ -26,6 +26,8 @@ import torch
 
 __all__ = ['MoveCounter', 'Tap', 'Window', 'is_on_device', 'placement']
 
+_MISSING: Any = object()
+
 #: Class attribute marking a tensor subclass that stands for device memory (the CPU fake accelerator's tensors).
 ON_ACCELERATOR = '_compatshim_on_accelerator'
 
@@ -193,7 +195,7 @@ class MoveCounter:
         self.bytes: dict[str, int] = {}
         self.device: Any = None
         self._move: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-        self._had_own = False
+        self._own: Any = _MISSING  # the device instance's own tensor_to_device, if it had one
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         if not is_on_device(tensor):
@@ -203,8 +205,7 @@ class MoveCounter:
         return self._move(tensor)
 
     def install(self, device: Any) -> MoveCounter:
-        self.device, self._had_own = device, 'tensor_to_device' in vars(device)
-        self._own = vars(device).get('tensor_to_device')
+        self.device, self._own = device, vars(device).get('tensor_to_device', _MISSING)
         self._move = device.tensor_to_device
         device.tensor_to_device = self
         return self
@@ -213,10 +214,10 @@ class MoveCounter:
         device, self.device = self.device, None
         if device is None or vars(device).get('tensor_to_device') is not self:
             return
-        if self._had_own:
-            device.tensor_to_device = self._own
-        else:
+        if self._own is _MISSING:
             del device.tensor_to_device
+        else:
+            device.tensor_to_device = self._own
 
     def take(self) -> dict[str, int]:
         """The bytes counted since the last take, by dtype (largest first), and a fresh count."""

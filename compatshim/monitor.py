@@ -49,6 +49,7 @@ import importlib.metadata
 import logging
 import statistics
 import warnings
+import weakref
 from typing import Any, Optional
 
 from composer.core import Callback, State
@@ -139,17 +140,28 @@ class _Watched:
         self._swapped.clear()
 
 
+def _recent() -> collections.deque[Any]:
+    return collections.deque(maxlen=KEEP_STEPS)
+
+
 @dataclasses.dataclass
 class _Series:
-    """One transform (or the bytes, ``name == ''``) of one label: per-step values of this run, totals of every run."""
+    """One transform of one loop: its per-step calls and times, and every call's placement."""
 
-    calls: collections.deque[int] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEEP_STEPS))
-    ms: collections.deque[float] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEEP_STEPS))
+    stage: str
+    calls: collections.deque[int] = dataclasses.field(default_factory=_recent)
+    ms: collections.deque[float] = dataclasses.field(default_factory=_recent)
     places: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    bytes: collections.deque[int] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEEP_STEPS))
-    dtypes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+
+@dataclasses.dataclass
+class _Loop:
+    """One fit, eval or predict of one label, until its summary: its steps, the bytes each moved, its transforms."""
+
     steps: int = 0
-    stage: str = ''
+    bytes: collections.deque[int] = dataclasses.field(default_factory=_recent)
+    dtypes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    transforms: dict[str, _Series] = dataclasses.field(default_factory=dict)
 
 
 class TransformMonitor(Callback):
@@ -183,8 +195,9 @@ class TransformMonitor(Callback):
         self._accelerator = False
         self._watched: dict[int, _Watched] = {}
         self._open: Optional[tuple[str, Optional[_Watched]]] = None
-        self._series: dict[str, dict[str, _Series]] = {}
-        self._totals: dict[str, dict[str, dict[str, int]]] = {}
+        self._loops: dict[str, _Loop] = {}
+        #: Steps per label over every run this monitor's state has seen (a checkpoint's included): ``state_dict``.
+        self._steps_in_all: dict[str, int] = {}
         self._window = 0
         self._late: dict[int, tuple[str, str, int]] = {}  # window id -> (label, transform, step), event clocks only
         self._warned: set[int] = set()
@@ -237,14 +250,11 @@ class TransformMonitor(Callback):
         self._watched.clear()
 
     def state_dict(self) -> dict[str, Any]:
-        return {'totals': {label: {n: dict(t) for n, t in names.items()} for label, names in self._totals.items()}}
+        return {'steps_in_all': dict(self._steps_in_all)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for label, names in state.get('totals', {}).items():
-            for name, totals in names.items():
-                mine = self._totals.setdefault(label, {}).setdefault(name, {})
-                for key, value in totals.items():
-                    mine[key] = mine.get(key, 0) + int(value)
+        for label, steps in state.get('steps_in_all', {}).items():
+            self._steps_in_all[label] = self._steps_in_all.get(label, 0) + int(steps)
 
     # --- windows ------------------------------------------------------------------------------------------------------
 
@@ -254,14 +264,11 @@ class TransformMonitor(Callback):
         if found is None and label not in ('train', 'predict'):
             specs = [e.dataloader for e in getattr(state, 'evaluators', []) or [] if e.label == label]
             if specs and getattr(specs[0], 'dataloader', None) is loader:  # built before the monitor: what it holds
-                spec = specs[0]
-                guessed = {n for n in _dataspecs.TRANSFORM_NAMES if callable(vars(spec).get(n))}
-                found = (
-                    spec,
-                    _dataspecs.Note(
-                        lambda: spec, frozenset(n for n in guessed if not _is_default(spec, vars(spec)[n]))
-                    ),
+                spec, held = specs[0], vars(specs[0])
+                given = (
+                    n for n in _dataspecs.TRANSFORM_NAMES if callable(held.get(n)) and not _is_default(spec, held[n])
                 )
+                found = (spec, _dataspecs.Note(weakref.ref(spec), frozenset(given)))
         if found is None:
             if label not in self._blind:
                 self._blind.add(label)
@@ -295,13 +302,12 @@ class TransformMonitor(Callback):
             return
         label, watched = self._open
         self._open = None
-        series = self._series.setdefault(label, {})
+        loop = self._loops.setdefault(label, _Loop())
         metrics: dict[str, float] = {}
-        problem: Optional[tuple[_Watched, str]] = None
+        problem: Optional[str] = None
         for target in [] if watched is None else watched.targets:
             window = target.tap.take(0) if target.tap is not None else _recorder.Window()
-            one = series.setdefault(target.name, _Series())
-            one.stage, one.steps = target.stage, one.steps + 1
+            one = loop.transforms.setdefault(target.name, _Series(target.stage))
             one.calls.append(window.calls)
             one.places.update(window.places)
             key = f'data/{label}/{target.name}'
@@ -314,36 +320,30 @@ class TransformMonitor(Callback):
                 one.ms.append(window.seconds * 1e3)
                 if window.calls:
                     metrics[f'{key}/time_ms'] = window.seconds * 1e3
-            self._count(label, target.name, steps=1, calls=window.calls)
             if target.name == 'device_transforms' and self._accelerator and window.where != 'device':
-                problem = problem or (watched, window.where)  # type: ignore[assignment]
+                problem = window.where
         moved = self._counter.take()
         total = sum(moved.values())
-        bytes_series = series.setdefault('', _Series())
-        bytes_series.steps += 1
-        bytes_series.bytes.append(total)
-        bytes_series.dtypes.update(moved)
+        loop.steps += 1
+        loop.bytes.append(total)
+        loop.dtypes.update(moved)
+        self._steps_in_all[label] = self._steps_in_all.get(label, 0) + 1
         metrics[f'data/{label}/bytes_to_device'] = total
         metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
-        self._count(label, '', steps=1, bytes=total)
-        if bytes_series.steps % self.log_interval == 0:
+        if loop.steps % self.log_interval == 0:
             logger.log_metrics(metrics)
         self._read_late(logger)
-        if problem is not None:
-            self._complain(problem[0], problem[1], label)
+        if problem is not None and watched is not None:
+            self._complain(watched, problem, label)
 
     def _read_late(self, logger: Logger, final: bool = False) -> None:
         for window_id, seconds in self._clock.collect(final):
             label, name, step = self._late.pop(window_id, (None, None, 0))
-            if label is None or name is None:
+            loop = self._loops.get(label) if label is not None else None
+            if loop is None or name not in loop.transforms:
                 continue
-            self._series[label][name].ms.append(seconds * 1e3)
+            loop.transforms[name].ms.append(seconds * 1e3)
             logger.log_metrics({f'data/{label}/{name}/time_ms': seconds * 1e3}, step=step)
-
-    def _count(self, label: str, name: str, **values: int) -> None:
-        totals = self._totals.setdefault(label, {}).setdefault(name, {})
-        for key, value in values.items():
-            totals[key] = totals.get(key, 0) + value
 
     # --- loud when it matters -----------------------------------------------------------------------------------------
 
@@ -383,12 +383,11 @@ class TransformMonitor(Callback):
 
     def _summarize(self, label: str, logger: Logger) -> None:
         self._read_late(logger, final=True)
-        series = self._series.pop(label, {})
-        if not series:
+        loop = self._loops.pop(label, None)
+        if loop is None:
             return
-        moved = series.pop('', _Series())
         transforms = {}
-        for name, one in series.items():
+        for name, one in loop.transforms.items():
             calls = sum(one.calls)
             transforms[name] = TransformSummary(
                 where=_recorder.summarize_places(one.places),
@@ -397,16 +396,16 @@ class TransformMonitor(Callback):
                 ms_per_step=statistics.median(one.ms) if one.ms and calls else None,
                 stage=one.stage,
             )
-        steps = moved.steps
+        steps = loop.steps
         summary = Summary(
             label=label,
             composer=self.composer,
             rank=_rank(),
             steps=steps,
-            steps_in_all=self._totals.get(label, {}).get('', {}).get('steps', steps),
+            steps_in_all=self._steps_in_all.get(label, steps),
             transforms=transforms,
-            bytes_per_step=statistics.median(moved.bytes) if moved.bytes else 0,
-            bytes_by_dtype={dtype: n // max(steps, 1) for dtype, n in moved.dtypes.most_common() if n // max(steps, 1)},
+            bytes_per_step=statistics.median(loop.bytes) if loop.bytes else 0,
+            bytes_by_dtype={dtype: n // max(steps, 1) for dtype, n in loop.dtypes.most_common() if n // max(steps, 1)},
         )
         metrics: dict[str, float] = {f'data/{label}/steps': steps}
         for name, transform in transforms.items():
