@@ -65,6 +65,8 @@ def _doctor_command(args: argparse.Namespace) -> int:
 
 def _summary(result: Any) -> str:
     """What a bench run measured, in a few lines (the judging is ``compatshim report``'s)."""
+    from compatshim.bench.metrics import METRICS
+
     planted = (f', PLANTED slowdown {result.planted_slowdown:.0%}' if result.planted_slowdown else '') + (
         f', PLANTED hook delay {result.planted_hook_us:g} µs' if result.planted_hook_us else ''
     )
@@ -77,16 +79,9 @@ def _summary(result: Any) -> str:
             continue
         speed = statistics.median(leg.samples_per_s) if leg.samples_per_s else float('nan')
         lines.append(f'  {name:20}{leg.placement:14}{leg.coherence:34}{speed:>16.0f}')
-    from compatshim.bench.metrics import METRICS, MONITOR_US
-    from compatshim.bench.report import monitor_share
-
-    for metric in METRICS:
-        samples = metric.samples(result)
-        if not samples or metric.kind == 'bytes':
-            continue
-        share = monitor_share(result) if metric is MONITOR_US else None
-        of_step = '' if share is None else f' ({share:.2%} of a step)'
-        lines.append(f'  {metric.id:36} {statistics.median(samples):.{1 if metric.kind == "us" else 3}f}{of_step}')
+    for metric in METRICS:  # every metric measured here, as its kind shows it (median ± IQR, a count, a check)
+        if metric.applies(result) and metric.read(result):
+            lines.append(f'  {metric.id:36} {metric.show(result)}')
     for name, leg in result.legs.items():  # the heavy pipeline without and with the shim, as the monitor saw it
         if leg.monitor:
             lines.append(f'  monitor, {name}: {leg.monitor}')
@@ -98,8 +93,11 @@ def _summary(result: Any) -> str:
 
 
 def _bench_command(args: argparse.Namespace) -> int:
+    if args.baselines and not Path(args.baselines).is_dir():
+        print(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)', file=sys.stderr)
+        return _exits.NOT_DONE
     try:
-        from compatshim.bench import judge, measure, results
+        from compatshim.bench import measure
 
         result = measure.measure(
             args.device,
@@ -115,13 +113,22 @@ def _bench_command(args: argparse.Namespace) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
     print(_summary(result))
-    if not args.baselines:
-        return _exits.OK
-    judgements = judge.judge(result, results.load_baseline(args.baselines, result))
+    return _exits.OK if not args.baselines else judge_against(result, args.baselines)
+
+
+def judge_against(result: Any, baselines: Any) -> int:
+    """Judge a bench result against its baseline in the directory ``baselines`` by the rule of ``compatshim report``
+    (a regression, or no baseline where the device has some, is exit 1), printing every outcome other than ok."""
+    from compatshim.bench import judge, results
+
+    baseline, missing = results.baseline_for(baselines, result)
+    judgements = judge.judge(result, baseline)
     for judgement in judgements:
         if judgement.outcome != 'ok':
             print(judgement.line(result.env))
-    return _exits.REGRESSION if judge.worst(judgements) == 'regression' else _exits.OK
+    if missing:
+        print(missing)
+    return _exits.REGRESSION if missing or judge.worst(judgements) == 'regression' else _exits.OK
 
 
 def _report_command(args: argparse.Namespace) -> int:
@@ -149,14 +156,10 @@ def _report_command(args: argparse.Namespace) -> int:
     judged: dict[str, list[report.Judged]] = {}
     missing: list[str] = []
     for result in found:
-        path = results.baseline_path(args.baselines, result.device, result.env)
-        baseline = results.load_baseline(args.baselines, result)
-        named = path.as_posix() if baseline is not None else None
-        if baseline is None and not args.record and any(path.parent.glob('*.json')):
-            missing.append(
-                f'MISSING BASELINE {result.env}: {path.parent.as_posix()} holds baselines, but none for this env '
-                f'(a renamed env, or a forgotten --record); record it: tox -e bench-{result.env},report -- --record'
-            )
+        baseline, absent = results.baseline_for(args.baselines, result)
+        named = results.baseline_path(args.baselines, result.device, result.env).as_posix() if baseline else None
+        if absent and not args.record:
+            missing.append(absent)
         judged.setdefault(result.device, []).append(
             report.Judged(result, baseline, named, judge.judge(result, baseline))
         )
@@ -236,7 +239,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     bench.add_argument('--out', metavar='FILE', help='write the result as JSON (compatshim report reads it)')
     bench.add_argument(
-        '--baselines', metavar='DIR', help='also judge the result against the baseline in DIR (exit 1 on a regression)'
+        '--baselines',
+        metavar='DIR',
+        help='also judge the result against its baseline in DIR (exit 1 on a regression, or when DIR holds baselines '
+        'of this device but none of this env)',
     )
     bench.add_argument(
         '--plant-slowdown',

@@ -14,7 +14,8 @@ __all__ = ['AFFECTED', 'CANNOT_RUN', 'NOT_DONE', 'NOT_FIXED', 'NOT_FOUND', 'OK',
 OK = 0
 #: ``compatshim doctor``: affected, and the shim fixes it here (add the one line), or the kill switch is set.
 AFFECTED = 1
-#: ``compatshim bench --baselines`` / ``compatshim report``: a regression, or a release without its baseline.
+#: ``compatshim bench --baselines`` / ``compatshim report``: a regression, or a release without its baseline where its
+#: device has some.
 REGRESSION = 1
 #: Nothing was done: bad input, a setting that is not allowed, or (the doctor) a question it cannot answer here.
 NOT_DONE = 2
@@ -30,7 +31,8 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
         {
             'compatshim doctor': 'fine: unaffected, or affected and the shim is enabled in this process and fixes it',
             'compatshim run -- COMMAND': "COMMAND's own exit code, whatever it is (the run replaces itself with it)",
-            'compatshim bench / report': 'measured and judged: no regression',
+            'compatshim bench': 'measured (and, with --baselines, judged: no regression)',
+            'compatshim report': 'judged and written: no regression',
         },
     ),
     (
@@ -38,8 +40,10 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
         {
             'compatshim doctor': 'affected, and the shim fixes it here: add the one line (or use compatshim run); '
             'also when COMPATSHIM_DISABLE is set',
-            'compatshim bench / report': 'a regression, or a release without a baseline where its device has some '
-            '(the last lines name each)',
+            'compatshim bench': 'with --baselines: a regression, or no baseline for this env where DIR holds some for '
+            'its device (the last lines name each; the result is written all the same)',
+            'compatshim report': 'a regression, or a release without a baseline where its device has some (the last '
+            'lines name each; the report is written all the same)',
         },
     ),
     (
@@ -48,8 +52,10 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
             'compatshim doctor': 'nothing checked: a setting that is not allowed, Composer or torch missing, a release '
             'outside the support table without --allow-untested, or the --device asked for absent',
             'compatshim run -- COMMAND': 'nothing run: a setting that is not allowed, or no COMMAND given',
-            'compatshim bench / report': 'nothing judged: bad input (an unknown size or device, a file that is not a '
-            'result, no results, a missing baselines directory)',
+            'compatshim bench': 'nothing measured: bad input (an unknown size or device, a planted value out of range, '
+            'a missing --baselines directory), no Composer, or the --device asked for absent',
+            'compatshim report': 'nothing judged: bad input (a file that is not a result, no results, a missing '
+            'baselines directory without --record)',
         },
     ),
     (3, {'compatshim doctor': 'affected, and the shim does not fix it here: please report the output'}),

@@ -10,19 +10,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compatshim import _exits, _settings, _support
-from compatshim.bench import judge
-
-
-def rule() -> str:
-    """The comparison rule, as ``compatshim/bench/judge.py`` states it (its docstring's indented paragraph)."""
-    return ' '.join(line.strip() for line in (judge.__doc__ or '').splitlines() if line.startswith('    '))
-
+from compatshim.bench import rule
 
 GENERATED = {
     'support-table': _support.markdown_table,
     'exit-codes': _exits.markdown,
     'environment': _settings.variables_markdown,
-    'rule': rule,
+    'rule': lambda: rule.RULE,
 }
 MARKER = re.compile(r'<!-- generated: ([a-z-]+) -->')
 

@@ -6,8 +6,10 @@ timed; ``recipe`` (uint8 images) shows what crosses to the device. Placement, co
 untimed steps per leg on an *observable* device (the CPU fake accelerator on cpu, the real device on cuda/mps). Then
 the augment legs are timed in rounds, after one warm-up round: a window is one ``fit(duration='1ep')``; the two legs
 of each gated ratio run back to back, A B B A, in every round (:func:`_schedule`); windows are timed in this process's
-CPU time on cpu and in wall-clock time, the device synchronised at their edges, on cuda/mps (:func:`_clock`). The
-ratios pair a round's mean windows of two legs. Last, :mod:`~compatshim.bench.overhead` times the shim's own hook path.
+CPU time on cpu and in wall-clock time, the device synchronised at their edges, on cuda/mps (:func:`_clock`). After
+the windows of a round, every overhead probe (:mod:`~compatshim.bench.overhead`: the shim's hook path, the monitor's)
+takes :data:`PROBE_SAMPLES` samples on the same clock, so that what each costs is set against the step of the same
+round. The result keeps the raw numbers; each metric's kind reads its samples from them.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ import torch
 
 import compatshim
 from compatshim._api import _installed
-from compatshim._support import TESTED_RELEASES, UNAFFECTED_FAMILY, Family, family_of
+from compatshim._support import DEVICES, TESTED_RELEASES, UNAFFECTED_FAMILY, Family, family_of
 from compatshim.bench import overhead
-from compatshim.bench.metrics import METRICS
-from compatshim.bench.results import BenchResult, LegResult, Recipe, now
+from compatshim.bench.metrics import METRICS, PROBES
+from compatshim.bench.results import BenchResult, LegResult, Overheads, Recipe, now
 from compatshim.bench.workload import SIZES, VERSION, WORKLOADS, Size, Workload
 
-__all__ = ['LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
+__all__ = ['PROBE_SAMPLES', 'LegPlan', 'env_name', 'fingerprint', 'measure', 'plan']
 
-#: The ratio metrics (per-round throughput of two legs): the registry's; the paired ones run back to back.
-RATIOS = [m for m in METRICS if m.kind == 'ratio']
+#: Samples each overhead probe takes per round (after the round's windows).
+PROBE_SAMPLES = 3
+#: The legs whose ratio is gated run back to back in every round: the registry's paired metrics.
+PAIRS = [m.source for m in METRICS if m.paired]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +52,6 @@ class LegPlan:
     reason: str = ''
     shim: bool = False
     dataspec: Callable[[Any], dict[str, Any]] = dataclasses.field(default=lambda fn: {}, repr=False)
-    #: A ``TransformMonitor`` among the Trainer's callbacks.
-    monitor: bool = False
 
 
 def plan(composer_version: str) -> list[LegPlan]:
@@ -77,10 +79,9 @@ def plan(composer_version: str) -> list[LegPlan]:
             dataspec=lambda fn: {'device_transforms': fn, **extra},
         )
 
-    batch = shim_leg('batch')
     return [
         unpatched,
-        batch,
+        shim_leg('batch'),
         shim_leg('microbatch'),
         LegPlan(
             'native-microbatch',
@@ -88,9 +89,6 @@ def plan(composer_version: str) -> list[LegPlan]:
             native,
             '' if native else 'microbatch_transforms exists from Composer 0.27.0',
             dataspec=lambda fn: {'microbatch_transforms': fn},
-        ),
-        dataclasses.replace(
-            batch, name='shim-batch+monitor', description=batch.description + ', TransformMonitor()', monitor=True
         ),
     ]
 
@@ -117,8 +115,8 @@ def _cpu_model() -> str:
 
 
 def fingerprint(device: str, size_name: str, size: Size) -> dict[str, Any]:
-    """The machine and software a result was measured on (:data:`~compatshim.bench.judge.MATCH_KEYS` must match for
-    microseconds to compare)."""
+    """The machine and software a result was measured on: reported (a CPU model string is no identity: machines that
+    share one differ by 1.7x), except the size and workload version, which must match for two results to compare."""
     gpu = (
         torch.cuda.get_device_name()
         if device == 'cuda'
@@ -194,16 +192,12 @@ class _Planted:
 
 def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload, monitor: Any = None) -> Any:
     """A Trainer for ``leg``, built with the shim in the leg's state (DataSpecs convert when they are built), with
-    ``monitor`` (or, for the monitor leg, a new one) among its callbacks."""
+    ``monitor`` among its callbacks."""
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
     (compatshim.enable if leg.shim else compatshim.disable)()
-    if monitor is None and leg.monitor:
-        from compatshim.monitor import TransformMonitor
-
-        monitor = TransformMonitor()  # before the DataSpec, as the README says
     callbacks = [] if monitor is None else [monitor]
     model = workload.model()
     return Trainer(
@@ -307,23 +301,37 @@ def _schedule(names: list[str], round_: int) -> list[str]:
     else the machine does in that second, and any drift, touches both legs of a ratio alike; pairs and the remaining
     leg in a shuffled order (seeded by the round)."""
     rng = random.Random(round_)
-    pairs = [[m.source[1], m.source[0]] for m in RATIOS if m.paired and set(m.source) <= set(names)]
+    pairs = [[b, a] for a, b in PAIRS if {a, b} <= set(names)]
     groups = [[*pair, *reversed(pair)] if rng.random() < 0.5 else [*reversed(pair), *pair] for pair in pairs]
     groups += [[name] for name in names if not any(name in pair for pair in pairs)]
     return [name for group in rng.sample(groups, len(groups)) for name in group]
 
 
 def _time(
-    legs: list[LegPlan], trainers: dict[str, Any], device: str, rounds: int, say: Callable[[str], None]
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """The timing loop (one warm-up round first, not kept): seconds per window per leg, and per round (the mean of a
-    leg's windows in that round, what its ratios pair)."""
+    legs: list[LegPlan],
+    trainers: dict[str, Any],
+    probes: list[overhead.Probe],
+    device: str,
+    rounds: int,
+    say: Callable[[str], None],
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, Overheads]]:
+    """The timing loop (one warm-up round first, not kept): seconds per window per leg, per round (the mean of a leg's
+    windows in that round, what its ratios pair), and every probe's samples, taken after each round's windows."""
     windows: dict[str, list[float]] = {leg.name: [] for leg in legs}
     per_round: dict[str, list[float]] = {leg.name: [] for leg in legs}
+    sampled = {probe.name: Overheads(probe.calls) for probe in probes}
     clock = _clock(device)
+
+    def sync() -> None:
+        _synchronize(device)
+
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
-    # shim hold DataSpecs built while it was off, i.e. Composer's own objects.
+    # shim hold DataSpecs built while it was off, i.e. Composer's own objects. What exists now (Composer, torch, the
+    # trainers) lives to the end: frozen out of the collector, the collection before each window takes a millisecond
+    # instead of 0.2 s (a quarter of a bench, 2-core machine), and collects the same garbage.
     compatshim.enable()
+    gc.collect()
+    gc.freeze()
     try:
         for round_ in range(rounds + 1):  # round 0 is the warm-up
             spent: dict[str, list[float]] = {name: [] for name in windows}
@@ -331,34 +339,53 @@ def _time(
                 gc.collect()
                 gc.disable()  # as timeit does: no collector pauses inside a window
                 try:
-                    _synchronize(device)
+                    sync()
                     start = clock()
                     trainers[name].fit(duration='1ep')
-                    _synchronize(device)
+                    sync()
                     elapsed = clock() - start
                 finally:
                     gc.enable()
                 spent[name].append(elapsed)
+            for _ in range(PROBE_SAMPLES):
+                for probe in probes:
+                    path_s, direct_s = probe.sample(sync, clock)
+                    if round_:
+                        found = sampled[probe.name]
+                        found.path_s.append(path_s)
+                        found.direct_s.append(direct_s)
+                        found.rounds.append(round_)
             if round_:
                 for name, times in spent.items():
                     windows[name] += times
                     per_round[name].append(sum(times) / len(times))
             say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
     finally:
+        gc.unfreeze()
         compatshim.disable()
         for trainer in trainers.values():
             trainer.close()
-    return windows, per_round
+        for probe in probes:
+            probe.close()
+    return windows, per_round, sampled
 
 
-def _hook_overhead(device: str) -> dict[str, list[float]]:
-    """µs per batch of the shim's hook path beyond the direct path, at each stage, on the windows' clock."""
-    return {
-        stage: overhead.hook_overhead_us(
-            _composer_device(device), lambda: _synchronize(device), stage, clock=_clock(device)
-        )
-        for stage in ('batch', 'microbatch')
-    }
+def _probes(device: str, affected: bool) -> list[overhead.Probe]:
+    """The overhead probes of this release (no hook probe where the shim patches nothing): the hook probes built with
+    the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are."""
+    names = [name for name in PROBES if affected or not name.startswith('hook')]
+    probes = []
+    try:
+        for name in names:
+            (compatshim.enable if name.startswith('hook') else compatshim.disable)()
+            probes.append(overhead.make_probe(name, lambda: _composer_device(device)))
+    except BaseException:
+        for probe in probes:
+            probe.close()
+        raise
+    finally:
+        compatshim.disable()
+    return probes
 
 
 def measure(
@@ -380,8 +407,8 @@ def measure(
     """
     if size_name not in SIZES:
         raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZES)}')
-    if device not in ('cpu', 'cuda', 'mps'):
-        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of cpu, cuda, mps')
+    if device not in DEVICES:
+        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of {", ".join(DEVICES)}')
     if device == 'cuda' and not torch.cuda.is_available():
         raise RuntimeError('compatshim bench: --device cuda, but torch sees no CUDA device')
     if device == 'mps' and not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
@@ -420,22 +447,14 @@ def measure(
             trainers = {
                 leg.name: _trainer(leg, _composer_device(device), size, fns[leg.name], augment) for leg in timed
             }
-            windows, per_round = _time(timed, trainers, device, size.rounds, say)
-            hook = _hook_overhead(device) if family_of(composer) is not None else {}  # unaffected: no hook
-            monitor_us = overhead.monitor_overhead_us(
-                _composer_device(device), lambda: _synchronize(device), clock=_clock(device)
-            )
-            say('hook and monitor overhead measured')
+            probes = _probes(device, family_of(composer) is not None)
+            windows, per_round, overheads = _time(timed, trainers, probes, device, size.rounds, say)
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
     samples = size.batch * size.steps
     for name, values in windows.items():
         checked[name].samples_per_s = [samples / s for s in values]
-    ratios = {  # per-round throughput of the first leg over the second: the second's time over the first's
-        m.id: [tb / ta for ta, tb in zip(per_round[m.source[0]], per_round[m.source[1]])]
-        for m in RATIOS
-        if set(m.source) <= set(per_round)
-    }
+        checked[name].round_s = per_round[name]
     return BenchResult(
         env=env,
         composer=composer,
@@ -445,11 +464,9 @@ def measure(
         fingerprint={**fingerprint(device, size_name, size), 'allocator': allocator},
         measured_at=now(),
         legs=checked,
-        ratios=ratios,
         recipe=Recipe(recipe_legs, plain),
-        hook_overhead_us=hook,
+        overheads=overheads,
         patched_by_enable=patched,
-        monitor_overhead_us=monitor_us,
         planted_slowdown=plant_slowdown,
         planted_hook_us=plant_hook_us,
         elapsed_s=time.perf_counter() - started,

@@ -1,10 +1,11 @@
 """The harness's metrics, in one table: what each one is, where its numbers come from, and where it is gated.
 
-:data:`METRICS` is the only place that names a metric. ``measure`` schedules its back-to-back pairs from it and
-computes its ratios from it, ``judge`` iterates it, and ``report`` and ``compatshim bench`` render from it: a renamed
-or added metric is one row here. :data:`LEGS` names the bench's legs, :data:`CHECKED_LEGS` the ones whose placement
-and coherence are checked, and :func:`comparable` says whether a baseline measured the same workload. Imports nothing
-heavy.
+:data:`METRICS` is the only place that names a metric. Each row has a *kind* (:mod:`compatshim.bench.rule`), which
+knows how to read the metric's samples from a result, how to judge them and how to show them: ``measure`` schedules
+its back-to-back pairs from the registry, ``judge`` iterates it, and ``report`` and ``compatshim bench`` render from
+it; a renamed or added metric is one row here. :data:`LEGS` names the bench's legs, :data:`CHECKED_LEGS` the ones
+whose placement and coherence are checked, :data:`PROBES` the overhead probes measured in every round, and
+:func:`comparable` says whether a baseline measured the same workload. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -12,37 +13,41 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
+from compatshim._support import DEVICES
+from compatshim.bench import rule
+from compatshim.bench.rule import Kind
+
 if TYPE_CHECKING:
     from compatshim.bench.results import BenchResult
 
 __all__ = [
     'CHECKED_LEGS',
     'COMPARABLE_BY',
-    'DEVICES',
+    'GATES',
     'LEGS',
     'METRICS',
-    'MIN_EFFECT',
-    'MIN_EFFECT_US',
-    'MONITOR_RATIO',
+    'MONITOR_OVERHEAD',
+    'MONITOR_SHARE',
     'MONITOR_US',
+    'PROBES',
     'Metric',
     'comparable',
     'metric',
 ]
 
 #: The bench's legs, in report order: what a user gets without the shim (``device_transforms`` where the release still
-#: calls it, else the ``batch_transforms`` workaround, on the host), the shim at each stage, Composer's own
-#: ``microbatch_transforms`` (0.27+), and stage batch with the in-run monitor attached.
-LEGS: tuple[str, ...] = ('unpatched', 'shim-batch', 'shim-microbatch', 'native-microbatch', 'shim-batch+monitor')
+#: calls it, else the ``batch_transforms`` workaround, on the host), the shim at each stage, and Composer's own
+#: ``microbatch_transforms`` (0.27+). (What the in-run monitor costs is the ``monitor`` probe's.)
+LEGS: tuple[str, ...] = ('unpatched', 'shim-batch', 'shim-microbatch', 'native-microbatch')
 #: The legs whose placement (on the device) and coherence (stage batch: one call per step) are checked everywhere.
 CHECKED_LEGS: tuple[str, ...] = ('shim-batch', 'shim-microbatch')
-DEVICES: tuple[str, ...] = ('cpu', 'cuda', 'mps')
-#: The smallest relative change of a ratio (or of bytes per step) that can be a regression.
-MIN_EFFECT = 0.05
-#: The smallest change of an overhead, in µs per batch, that can be a regression.
-MIN_EFFECT_US = 20.0
+#: The overhead probes (:mod:`compatshim.bench.overhead`), sampled in every round: the shim's hook path at each stage
+#: (where the shim patches) and the monitor's events, each against the direct path.
+PROBES: tuple[str, ...] = ('hook-batch', 'hook-microbatch', 'monitor')
 #: The fingerprint keys that must match for two results to measure the same workload (else: *not comparable*).
 COMPARABLE_BY: tuple[str, ...] = ('size', 'workload_version')
+#: Where a metric can be gated: where the shim patches, where it must patch nothing, everywhere, nowhere (reported).
+GATES: tuple[str, ...] = ('affected', 'unaffected', 'always', 'never')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,92 +56,73 @@ class Metric:
 
     Attributes:
         id: Its name, in judgements, reports and the last line of a failed run.
-        kind: ``ratio`` (per-round throughput of ``source[0]`` over ``source[1]``, higher is better), ``us`` (µs per
-            batch from the result's field ``source[0]``, key ``source[1]`` if any; lower is better, judged only
-            against a baseline of the same machine) or ``bytes`` (host→device bytes per step of the recipe leg
-            ``source[0]``; deterministic, lower is better).
-        source: Where its numbers come from (see ``kind``).
-        gated: ``affected`` (where the shim patches), ``always``, or ``never`` (reported only).
+        kind: What it is (:mod:`compatshim.bench.rule`): how its samples are read from ``source``, judged and shown.
+        source: Where its numbers come from, as its kind reads them (legs, a probe, a workload and a leg).
+        gated: One of :data:`GATES`.
         devices: The devices it is gated on.
         paired: Its two legs run back to back, A B B A, in every round (gated ratios of like work).
-        title: Its column in the report's headline.
+        title: Its column in the report's headline ('' : not in the headline).
     """
 
     id: str
-    kind: str
+    kind: Kind
     source: tuple[str, ...]
     gated: str
     devices: tuple[str, ...] = DEVICES
     paired: bool = False
     title: str = ''
 
-    @property
-    def unit(self) -> str:
-        return {'ratio': '×', 'us': 'µs/batch', 'bytes': 'bytes/step'}[self.kind]
+    def __post_init__(self) -> None:
+        if self.gated not in GATES:
+            raise ValueError(f'metric {self.id!r}: gated={self.gated!r}; choose one of {", ".join(GATES)}')
+        if self.gated != 'never' and not self.kind.sentence():
+            raise ValueError(f'metric {self.id!r}: a {self.kind.name} is reported, never gated')
 
-    @property
-    def min_effect(self) -> float:
-        return MIN_EFFECT_US if self.kind == 'us' else MIN_EFFECT
+    def applies(self, result: BenchResult) -> bool:
+        """Whether this metric means something on ``result``'s release (gated there, or reported)."""
+        return {'affected': result.affected, 'unaffected': not result.affected}.get(self.gated, True)
 
     def gated_for(self, result: BenchResult) -> bool:
         """Whether this metric is judged on ``result`` (its release and device)."""
-        where = self.gated == 'always' or (self.gated == 'affected' and result.affected)
-        return where and result.device in self.devices
+        return self.gated != 'never' and self.applies(result) and result.device in self.devices
 
-    def samples(self, result: Optional[BenchResult]) -> list[float]:
-        """Its values in ``result`` (empty: not measured there)."""
-        if result is None:
-            return []
-        if self.kind == 'ratio':
-            return list(result.ratios.get(self.id, []))
-        if self.kind == 'bytes':
-            leg = result.recipe.legs.get(self.source[0])
-            return [float(leg.h2d_bytes_per_step)] if leg is not None and leg.available else []
-        found = getattr(result, self.source[0])
-        return list(found.get(self.source[1], []) if len(self.source) > 1 else found)
+    def read(self, result: Optional[BenchResult]) -> list[Any]:
+        """Its samples in ``result`` (empty: not measured there)."""
+        return [] if result is None else self.kind.read(self.source, result)
+
+    def show(self, result: Optional[BenchResult]) -> str:
+        """Its samples in ``result`` as a report cell."""
+        return self.kind.show(self.read(result))
+
+
+def _ratio(a: str, b: str, gated: str, devices: tuple[str, ...] = DEVICES, title: str = '') -> Metric:
+    return Metric(f'{a}/{b}', rule.RATIO, (a, b), gated, devices, paired=gated != 'never', title=title)
 
 
 METRICS: tuple[Metric, ...] = (
     # Same work, same rounds: only the shim can move these. On cuda/mps the unpatched leg transforms on the host and
     # shim-batch on the device: different work, that ratio is the speed-up (reported there).
-    Metric(
-        'shim-batch/unpatched',
-        'ratio',
-        ('shim-batch', 'unpatched'),
-        'affected',
-        ('cpu',),
-        True,
-        'shim-batch / unpatched',
+    _ratio('shim-batch', 'unpatched', 'affected', ('cpu',), 'shim-batch / unpatched'),
+    _ratio('shim-microbatch', 'native-microbatch', 'affected', title='shim-microbatch / native-microbatch'),
+    _ratio('shim-microbatch', 'unpatched', 'never'),
+    # compatshim's own paths against the direct path, in the same samples: gated; their µs: figures.
+    Metric('hook path / direct (batch)', rule.OVERHEAD, ('hook-batch',), 'affected', title='hook × (batch)'),
+    Metric('hook path / direct (microbatch)', rule.OVERHEAD, ('hook-microbatch',), 'affected', title='hook × (mb)'),
+    Metric('monitor path / direct', rule.OVERHEAD, ('monitor',), 'always', title='monitor ×'),
+    Metric('monitor share of a step', rule.MONITOR_SHARE, ('monitor', 'shim-batch'), 'always', title='monitor share'),
+    Metric('hook µs/batch (batch)', rule.FIGURE, ('hook-batch',), 'never'),
+    Metric('hook µs/batch (microbatch)', rule.FIGURE, ('hook-microbatch',), 'never'),
+    Metric('monitor µs/batch', rule.FIGURE, ('monitor',), 'never'),
+    # Counts.
+    Metric('bytes per step (shim-batch)', rule.BYTES, ('shim-batch',), 'affected', title='recipe bytes (shim-batch)'),
+    Metric('bytes per step (shim-microbatch)', rule.BYTES, ('shim-microbatch',), 'affected', title='recipe bytes (mb)'),
+    # Checks, whatever the timings.
+    *(
+        Metric(f'placement ({workload}{leg})', rule.PLACEMENT, (workload.strip() or 'augment', leg), 'always')
+        for workload in ('', 'recipe ')
+        for leg in CHECKED_LEGS
     ),
-    Metric(
-        'shim-microbatch/native-microbatch',
-        'ratio',
-        ('shim-microbatch', 'native-microbatch'),
-        'affected',
-        paired=True,
-        title='shim-microbatch / native-microbatch',
-    ),
-    Metric(
-        'shim-microbatch/unpatched',
-        'ratio',
-        ('shim-microbatch', 'unpatched'),
-        'never',
-        title='shim-microbatch / unpatched',
-    ),
-    Metric(
-        'shim-batch+monitor/shim-batch', 'ratio', ('shim-batch+monitor', 'shim-batch'), 'never', title='monitor leg'
-    ),
-    Metric('hook overhead µs/batch (batch)', 'us', ('hook_overhead_us', 'batch'), 'affected', title='hook µs (batch)'),
-    Metric(
-        'hook overhead µs/batch (microbatch)',
-        'us',
-        ('hook_overhead_us', 'microbatch'),
-        'affected',
-        title='hook µs (mb)',
-    ),
-    Metric('monitor overhead µs/batch', 'us', ('monitor_overhead_us',), 'always', title='monitor µs'),
-    Metric('bytes per step (shim-batch)', 'bytes', ('shim-batch',), 'affected', title='recipe bytes (shim-batch)'),
-    Metric('bytes per step (shim-microbatch)', 'bytes', ('shim-microbatch',), 'affected', title='recipe bytes (mb)'),
+    Metric('patches on an unaffected release', rule.NOTHING_PATCHED, (), 'unaffected'),
 )
 
 
@@ -148,8 +134,13 @@ def metric(metric_id: str) -> Metric:
     raise KeyError(f'no metric {metric_id!r}; the registry has {", ".join(m.id for m in METRICS)}')
 
 
-#: What the in-run monitor costs: its µs per batch, and its timed leg against the same leg without it (reported).
-MONITOR_US, MONITOR_RATIO = metric('monitor overhead µs/batch'), metric('shim-batch+monitor/shim-batch')
+#: What the in-run monitor costs: its path against the direct path (gated), its share of a step (gated, a limit) and
+#: its µs per batch (a figure).
+MONITOR_OVERHEAD, MONITOR_SHARE, MONITOR_US = (
+    metric('monitor path / direct'),
+    metric('monitor share of a step'),
+    metric('monitor µs/batch'),
+)
 
 
 def _short(value: Any) -> Any:
@@ -157,11 +148,10 @@ def _short(value: Any) -> Any:
 
 
 def comparable(result: BenchResult, baseline: BenchResult) -> Optional[str]:
-    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did). A fingerprint from before
-    ``workload_version`` existed measured version 1."""
+    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did)."""
     differ = []
     for key in COMPARABLE_BY:
-        now, then = result.fingerprint.get(key, 1), baseline.fingerprint.get(key, 1)
+        now, then = result.fingerprint.get(key), baseline.fingerprint.get(key)
         if now != then:
             differ.append(f'{key.replace("_", " ")} {_short(then)} in the baseline, {_short(now)} now')
     return '; '.join(differ) or None

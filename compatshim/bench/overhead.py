@@ -1,77 +1,99 @@
-"""compatshim's own cost per batch, to the microsecond: the shim's hook path, and the in-run monitor's.
+"""compatshim's own cost per batch: the shim's hook path and the in-run monitor's, each against the direct path.
 
-The timed legs of :mod:`compatshim.bench.measure` cannot resolve a few microseconds inside a step of milliseconds. This
-micro-benchmark takes the DataSpec hooks the shim installs on a real Composer ``DataSpec`` and calls them as the
-trainer does for one batch of one microbatch, inside a loop frame on the trainer's own ``Device``:
+The timed legs of :mod:`compatshim.bench.measure` cannot resolve a few microseconds inside a step of milliseconds. A
+*probe* calls one of compatshim's paths ``calls`` times, then the direct path it stands in for as many times (or the
+other way round, alternating from sample to sample), on the bench's clock; ``measure`` takes a few samples of every
+probe in every round, so that each sample's two times, and the round's step, are measured together:
 
-* **shim path**: the batch-level hook (at stage ``batch``: loop frame lookup, the move through the trainer's device,
-  the transform, the result check), the trainer's own move (a no-op for a batch already on the device), and on 0.27+
-  the microbatch-level hook (at stage ``microbatch`` the transform runs there, after the move);
-* **direct path**: ``transform(device.batch_to_device(batch))``, what 0.24.1 did.
+* ``hook-<stage>``: the DataSpec hooks the shim installs on a real Composer ``DataSpec``, called as the trainer calls
+  them for one batch of one microbatch, inside a loop frame on the trainer's own ``Device`` — the batch-level hook (at
+  stage ``batch``: loop frame lookup, the move through the trainer's device, the transform, the result check), the
+  trainer's own move (a no-op for a batch already on the device), and on 0.27+ the microbatch-level hook (at stage
+  ``microbatch`` the transform runs there, after the move). The direct path is ``transform(move(batch))`` on a plain
+  device of the same type: what 0.24.1 did.
+* ``monitor``: :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state and logger: every event Composer
+  sends a callback in one train step of one microbatch (:data:`STEP_EVENTS`), the transform through the monitor's tap
+  and the move through its byte counter, against the transform and the move alone.
 
-On a small batch with a transform that returns its input, so the difference is the shim's plumbing only. The two paths
-alternate, ``calls`` calls per sample, for ``samples`` pairs; each sample's overhead is (shim − direct) / calls, in
-microseconds per batch. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted
-regression of the hook path, for checking that the gate catches one).
-
-:func:`monitor_overhead_us` does the same for :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state
-and logger: every event Composer sends a callback in one train step of one microbatch (:data:`STEP_EVENTS`), the
-transform through the monitor's tap and the move through its byte counter, against the transform and the move alone.
+Both use a small batch and a transform that returns its input, so the difference is compatshim's plumbing only. The
+ratio of the two times is what the gate judges (the same on a slower machine); the difference per call, in µs, is
+reported. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted regression of the hook
+path, for checking that the gate catches one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ['CALLS', 'SAMPLES', 'STEP_EVENTS', 'hook_overhead_us', 'monitor_overhead_us', 'planted_hook_delay']
+__all__ = ['CALLS', 'STEP_EVENTS', 'Probe', 'make_probe', 'planted_hook_delay']
 
-#: Calls per path per sample, and samples (pairs) per stage.
-CALLS = 2000
-SAMPLES = 25
+#: Calls per path per sample: the hook path, the monitor's step.
+CALLS = {'hook': 2000, 'monitor': 500}
 
 
 class _Same:
-    """The transform of the micro-benchmark: returns the batch it was given (the shim's check still runs)."""
+    """The transform of the probes: returns the batch it was given (the shim's check still runs)."""
 
     def __call__(self, batch: Any) -> Any:
         return batch
 
 
-def _hooks(data_spec: Any) -> tuple[Callable[[Any], Any], Optional[Callable[[Any], Any]]]:
-    """The batch-level hook and (0.27+) the microbatch-level hook the trainer calls on ``data_spec``."""
-    from compatshim._transforms import BatchHook
-
-    for name in ('batch_transforms', 'device_transforms'):  # 0.27+ / 0.25–0.26
-        hook = getattr(data_spec, name, None)
-        if isinstance(hook, BatchHook):
-            return hook, (data_spec.microbatch_transforms if name == 'batch_transforms' else None)
-    raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is this release affected?)')
+def _batch() -> list[torch.Tensor]:
+    return [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
 
 
-def _alternate(
-    path: Callable[[], Any],
-    direct: Callable[[], Any],
-    calls: int,
-    samples: int,
-    sync: Callable[[], None],
-    clock: Callable[[], float],
-) -> list[float]:
-    """Warm both up, then ``samples`` times: ``calls`` of ``path``, ``calls`` of ``direct``; µs per call of the path
-    beyond the direct one, one value per sample."""
-    for _ in range(max(1, calls // 10)):
-        path()
-        direct()
-    out = []
-    for _ in range(samples):
-        path_s = _time(path, calls, sync, clock)
-        direct_s = _time(direct, calls, sync, clock)
-        out.append((path_s - direct_s) / calls * 1e6)
-    return out
+class Probe:
+    """One of compatshim's paths and the direct path it stands in for, sampled on demand.
+
+    Args:
+        name: Its name (``compatshim.bench.metrics.PROBES``).
+        calls: Calls of each path per sample.
+        path: One call of compatshim's path.
+        direct: One call of the direct path.
+        frame: Entered around each sample (the hook path runs inside a trainer's loop frame).
+        close: Called once, by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        calls: int,
+        path: Callable[[], Any],
+        direct: Callable[[], Any],
+        frame: Callable[[], Any] = contextlib.nullcontext,
+        close: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self.name, self.calls, self.path, self.direct = name, calls, path, direct
+        self._frame, self._close, self._taken = frame, close, 0
+
+    def sample(self, sync: Callable[[], None], clock: Callable[[], float]) -> tuple[float, float]:
+        """Seconds of ``calls`` calls of the path and of the direct path, back to back (the first of the two alternates
+        from sample to sample), the collector paused as in a timed window."""
+        first_path = self._taken % 2 == 0
+        self._taken += 1
+        gc.collect()
+        gc.disable()
+        try:
+            with self._frame():
+                if first_path:
+                    path_s = _time(self.path, self.calls, sync, clock)
+                    direct_s = _time(self.direct, self.calls, sync, clock)
+                else:
+                    direct_s = _time(self.direct, self.calls, sync, clock)
+                    path_s = _time(self.path, self.calls, sync, clock)
+        finally:
+            gc.enable()
+        return path_s, direct_s
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
 
 
 def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock: Callable[[], float]) -> float:
@@ -83,58 +105,56 @@ def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock: Ca
     return clock() - start
 
 
-def hook_overhead_us(
-    device: Any,
-    sync: Callable[[], None],
-    stage: str,
-    calls: int = CALLS,
-    samples: int = SAMPLES,
-    clock: Callable[[], float] = time.perf_counter,
-) -> list[float]:
-    """Microseconds per batch that the shim's hook path spends beyond the direct path, one value per sample.
+def make_probe(name: str, make_device: Callable[[], Any], transform: Optional[Callable[[Any], Any]] = None) -> Probe:
+    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on devices from ``make_device``
+    (Composer devices of the kind the bench runs on), both paths calling ``transform`` (default: one that returns its
+    input). A hook probe needs the shim enabled when it is made and while it is sampled."""
+    transform = _Same() if transform is None else transform
+    if name == 'monitor':
+        return _monitor_probe(make_device, transform)
+    kind, _, stage = name.partition('-')
+    if kind != 'hook' or stage not in ('batch', 'microbatch'):
+        raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
+    return _hook_probe(name, stage, make_device, transform)
 
-    Args:
-        device: The trainer's Composer ``Device`` (``DeviceCPU`` on cpu).
-        sync: Waits for the device (a no-op on cpu).
-        stage: ``batch`` or ``microbatch``. The shim must be disabled when this is called; it is enabled at
-            ``stage`` for the measurement and disabled again.
-        calls: Calls per path per sample.
-        samples: Number of samples.
-        clock: What the calls are timed with (the bench passes this process's CPU time on cpu).
-    """
+
+def _hook_probe(name: str, stage: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
     from composer.core import DataSpec
 
-    import compatshim
     from compatshim import _loop_frames
+    from compatshim._transforms import BatchHook
 
-    batch = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
-    transform = _Same()
-    compatshim.enable(stage=stage)
-    try:
-        data_spec = DataSpec(
-            torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4))), device_transforms=transform
-        )
-        batch_hook, microbatch_hook = _hooks(data_spec)
+    batch, device, plain = _batch(), make_device(), make_device()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
+    data_spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=stage)
+    names = [n for n in ('batch_transforms', 'device_transforms') if isinstance(getattr(data_spec, n, None), BatchHook)]
+    if not names:
+        raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
+    batch_hook = getattr(data_spec, names[0])
+    microbatch_hook = data_spec.microbatch_transforms if names[0] == 'batch_transforms' else None
 
-        def direct() -> Any:
-            return transform(device.batch_to_device(batch))
+    # The trainer's move is looked up on every call, as the trainer does: on 0.25–0.26 at stage microbatch the batch
+    # hook arms the loop frame, which puts the move-then-transform on the device instance (never on ``plain``).
+    # The hook runs before the move is looked up, as in the trainer (arming replaces the device's move).
+    if microbatch_hook is None:
 
-        # The trainer's move is looked up on every call, as the trainer does: on 0.25–0.26 at stage microbatch the
-        # batch hook arms the loop frame, which puts the move-then-transform on the device instance.
-        with _loop_frames.loop_frame(device, 'train'):
-            if microbatch_hook is None:
+        def path() -> Any:
+            hooked = batch_hook(batch)
+            return device.batch_to_device(hooked)
+    else:
+        mb_hook = microbatch_hook
 
-                def shim() -> Any:
-                    return device.batch_to_device(batch_hook(batch))
-            else:
-                mb_hook = microbatch_hook
+        def path() -> Any:
+            hooked = batch_hook(batch)
+            return mb_hook(device.batch_to_device(hooked))
 
-                def shim() -> Any:
-                    return mb_hook(device.batch_to_device(batch_hook(batch)))
+    def direct() -> Any:
+        return transform(plain.batch_to_device(batch))
 
-            return _alternate(shim, direct, calls, samples, sync, clock)
-    finally:
-        compatshim.disable()
+    def frame() -> Any:
+        return _loop_frames.loop_frame(device, 'train')
+
+    return Probe(name, CALLS['hook'], path, direct, frame)
 
 
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
@@ -155,30 +175,14 @@ STEP_EVENTS = (
 )
 
 
-def monitor_overhead_us(
-    device: Any,
-    sync: Callable[[], None],
-    calls: int = CALLS // 4,
-    samples: int = SAMPLES,
-    clock: Callable[[], float] = time.perf_counter,
-) -> list[float]:
-    """Microseconds per train step that the in-run monitor adds, one value per sample (see the module docstring).
-
-    Args:
-        device: The trainer's Composer ``Device`` (``DeviceCPU`` on cpu); the monitor counts its moves.
-        sync: Waits for the device (a no-op on cpu).
-        calls: Steps per path per sample.
-        samples: Number of samples.
-        clock: What the steps are timed with.
-    """
+def _monitor_probe(make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
     from composer import Trainer
     from composer.core import DataSpec, Event
     from composer.models import ComposerClassifier
 
     from compatshim.monitor import TransformMonitor
 
-    batch = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
-    transform = _Same()
+    batch, device, plain = _batch(), make_device(), make_device()
     monitor = TransformMonitor()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
     data_spec = DataSpec(loader, **{_host_transform_argument(): transform})
@@ -192,29 +196,25 @@ def monitor_overhead_us(
         progress_bar=False,
         log_to_console=False,
     )
-    try:
-        state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
-        state.set_dataloader(data_spec.dataloader, 'train')
-        monitor.run_event(Event.BEFORE_DATALOADER, state, logger)  # the monitor puts its tap on the DataSpec
-        tapped = next(t.tap for t in monitor._watched[id(data_spec)].targets if t.tap is not None)
-        plain = type(device)()
+    state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
+    state.set_dataloader(data_spec.dataloader, 'train')
+    monitor.run_event(Event.BEFORE_DATALOADER, state, logger)  # the monitor puts its tap on the DataSpec
+    tapped = next(t.tap for t in monitor._watched[id(data_spec)].targets if t.tap is not None)
 
-        def monitored() -> Any:
-            for event in events:
-                monitor.run_event(event, state, logger)
-            return tapped(device.batch_to_device(batch))
+    def path() -> Any:
+        for event in events:
+            monitor.run_event(event, state, logger)
+        return tapped(device.batch_to_device(batch))
 
-        def direct() -> Any:
-            return transform(plain.batch_to_device(batch))
+    def direct() -> Any:
+        return transform(plain.batch_to_device(batch))
 
-        return _alternate(monitored, direct, calls, samples, sync, clock)
-    finally:
-        trainer.close()
+    return Probe('monitor', CALLS['monitor'], path, direct, close=trainer.close)
 
 
 def _host_transform_argument() -> str:
     """The DataSpec argument Composer itself calls at batch level: ``batch_transforms`` (0.27+), else
-    ``device_transforms`` (the shim is off here)."""
+    ``device_transforms`` (built with the shim off, Composer's own)."""
     import inspect
 
     from composer.core import DataSpec

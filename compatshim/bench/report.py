@@ -2,9 +2,10 @@
 
 Input: :class:`~compatshim.bench.report.Judged` results (a bench result, its baseline and the judge's outcomes).
 Output, per device: ``report.md``, ``report.json`` (raw samples and outcomes; ``compatshim report`` reads it back to
-judge it again), ``ratios.png`` (the gated ratios per release, with the minimum-effect band around the baseline),
-``bytes.png`` (host→device bytes per step per leg, recipe workload) and ``throughput.png`` (samples/s per leg).
-Imports nothing heavy; matplotlib only to draw.
+judge it again), ``ratios.png`` (every gated timing per release relative to its baseline, with its minimum-effect
+band), ``bytes.png`` (host→device bytes per step per leg, recipe workload) and ``throughput.png`` (samples/s per
+leg). Every number comes from the registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing
+heavy; matplotlib only to draw.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 from compatshim._support import split_env
-from compatshim.bench import judge as judging
-from compatshim.bench.metrics import LEGS, METRICS, MONITOR_RATIO, MONITOR_US, Metric
+from compatshim.bench import rule
+from compatshim.bench.metrics import (
+    LEGS,
+    METRICS,
+    MONITOR_OVERHEAD,
+    MONITOR_SHARE,
+    MONITOR_US,
+    Metric,
+    metric,
+)
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
 
-__all__ = ['CHARTS', 'MONITOR_LIMIT', 'Judged', 'markdown', 'monitor_share', 'write']
+__all__ = ['CHARTS', 'Judged', 'markdown', 'write']
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
@@ -33,21 +42,21 @@ class Judged:
     result: BenchResult
     baseline: Optional[BenchResult]
     baseline_path: Optional[str]
-    judgements: list[judging.Judgement]
+    judgements: list[rule.Judgement]
 
     @property
     def worst(self) -> str:
-        return judging.worst(self.judgements)
+        return rule.worst(self.judgements)
 
     def outcome(self, metric: str) -> str:
         return next((j.outcome for j in self.judgements if j.metric == metric), '—')
 
     def machine_change(self) -> Optional[float]:
-        """How much faster the unpatched leg ran than in the baseline, same machine only (reported, never judged)."""
-        base = self.baseline
-        if base is None or any(self.result.fingerprint.get(k) != base.fingerprint.get(k) for k in judging.MATCH_KEYS):
+        """How much faster the unpatched leg ran than in the baseline's run: another machine, or another phase of this
+        one (reported, never judged)."""
+        if self.baseline is None:
             return None
-        now, then = self.result.legs['unpatched'].samples_per_s, base.legs['unpatched'].samples_per_s
+        now, then = self.result.legs['unpatched'].samples_per_s, self.baseline.legs['unpatched'].samples_per_s
         return statistics.median(now) / statistics.median(then) - 1 if now and then else None
 
     def to_json(self) -> dict[str, Any]:
@@ -56,25 +65,6 @@ class Judged:
             'baseline': self.baseline_path,
             'judgements': [dataclasses.asdict(j) for j in self.judgements],
         }
-
-
-#: What the monitor may cost at most, as a share of a step of the augment workload (README, "See it in your run").
-MONITOR_LIMIT = 0.01
-
-
-def monitor_share(result: BenchResult) -> Optional[float]:
-    """The monitor's µs per batch as a share of the median step of the leg it rides on (``None``: not measured)."""
-    leg, us = result.legs.get(MONITOR_RATIO.source[1]), MONITOR_US.samples(result)
-    if not us or leg is None or not leg.samples_per_s:
-        return None
-    step_s = float(result.fingerprint['size']['batch']) / statistics.median(leg.samples_per_s)
-    return statistics.median(us) * 1e-6 / step_s
-
-
-def _value(metric: Metric, samples: list[float]) -> str:
-    if metric.kind == 'bytes':
-        return f'{samples[0] / 1024:.1f} KiB' if samples else '—'
-    return _spread(samples, '.1f' if metric.kind == 'us' else '.3f')
 
 
 def _spread(samples: list[float], fmt: str = '.3f') -> str:
@@ -88,16 +78,25 @@ def _pct(value: Optional[float]) -> str:
     return '—' if value is None else f'{value:+.1%}'
 
 
-def _rule() -> list[str]:
-    """The rule, quoted from :mod:`compatshim.bench.judge` (written once, there)."""
-    doc = judging.__doc__ or ''
-    return [line.strip() for line in doc.splitlines() if line.startswith('    ')]
+#: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.
+HEADLINE = [m for m in METRICS if m.title]
+CHECKS = [m for m in METRICS if not m.title and m.gated != 'never']
+#: compatshim's own cost per batch: the gated ratio and the µs figure of each probe, by table column.
+COST = [
+    ('hook, stage batch', metric('hook path / direct (batch)'), metric('hook µs/batch (batch)')),
+    ('hook, stage microbatch', metric('hook path / direct (microbatch)'), metric('hook µs/batch (microbatch)')),
+    ('monitor, one train step', MONITOR_OVERHEAD, MONITOR_US),
+]
+
+
+def _cell(judged: Judged, found: Metric) -> str:
+    return f'{found.show(judged.result)} · {judged.outcome(found.id)}'
 
 
 def markdown(judged: list[Judged], device: str) -> str:
     """The report of one device as Markdown."""
-    counts = {o: sum(j.outcome == o for r in judged for j in r.judgements) for o in judging.OUTCOMES}
-    worst = judging.worst([j for r in judged for j in r.judgements])
+    counts = {o: sum(j.outcome == o for r in judged for j in r.judgements) for o in rule.OUTCOMES}
+    worst = rule.worst([j for r in judged for j in r.judgements])
     out = [f'# compatshim regression baseline report ({device})', '']
     if not judged:
         return '\n'.join(out + ['No env produced a result.', ''])
@@ -106,18 +105,20 @@ def markdown(judged: list[Judged], device: str) -> str:
         + ', '.join(f'{n} {o}' for o, n in counts.items())
         + f'. **Worst: {worst}.**',
         '',
-        '**The rule** (`compatshim/bench/judge.py`): ' + ' '.join(_rule()),
+        '**The rule** (`compatshim/bench/rule.py`): ' + rule.RULE,
         '',
-        'Ratios are medians of per-round ratios of two legs measured in the same process (± IQR). *Machine* is the '
-        "unpatched leg's samples/s against its baseline on the same machine: reported, never judged.",
+        'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
+        'it is not gated on that release or device). Ratios pair two legs of the same round; overhead ratios, a path '
+        "of compatshim's against the direct path in the same sample. *Checks*: the worst outcome of the placement and "
+        "coherence checks. *Throughput vs baseline run*: the unpatched leg's samples/s against the baseline's run, "
+        'which may be another machine or another phase of this one: reported, never judged.',
         '',
         '## Headline per release',
         '',
-        'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
-        'it is not gated on that release or device).',
-        '',
-        '| env | family | ' + ' | '.join(m.title for m in METRICS) + ' | recipe bytes shim / unpatched | machine |',
-        '|' + '---|' * (len(METRICS) + 4),
+        '| env | family | '
+        + ' | '.join(m.title for m in HEADLINE)
+        + ' | checks | recipe bytes shim / unpatched | throughput vs baseline run |',
+        '|' + '---|' * (len(HEADLINE) + 5),
     ]
     for r in judged:
         res = r.result
@@ -125,31 +126,27 @@ def markdown(judged: list[Judged], device: str) -> str:
         planted = (f' (PLANTED: transform {res.planted_slowdown:.0%} slower)' if res.planted_slowdown else '') + (
             f' (PLANTED: +{res.planted_hook_us:g} µs per hook call)' if res.planted_hook_us else ''
         )
-        cells = [f'{_value(m, m.samples(res))} · {r.outcome(m.id)}' for m in METRICS]
+        checks = rule.worst([j for j in r.judgements if j.metric in {m.id for m in CHECKS}])
         out.append(
             f'| {res.env}{planted} | {res.family} | '
-            + ' | '.join(cells)
-            + f' | {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {_pct(r.machine_change())} |'
+            + ' | '.join(_cell(r, m) for m in HEADLINE)
+            + f' | {checks} | {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {_pct(r.machine_change())} |'
         )
     out += [
         '',
-        '## The in-run monitor: what it costs',
+        "## compatshim's own cost per batch",
         '',
-        "`TransformMonitor` (`compatshim.monitor`) on a real Trainer's state: every event of one train step, the "
-        'transform through its tap and the move through its byte counter, against the two alone (µs per batch; '
-        f'gated like the hook overhead). *Share of a step* is that against the median step of the shim-batch leg: the '
-        f'limit is {MONITOR_LIMIT:.0%}. The leg ratio times whole windows with and without the monitor (reported).',
+        "Each probe calls a path of compatshim's and then the direct path it stands in for (the move and the transform "
+        'alone), alternating, in every round (`compatshim/bench/overhead.py`). Gated: the path over the direct path '
+        "(×), and the monitor's share of a shim-batch step of the same round (the limit is "
+        f'{rule.MONITOR_SHARE.limit:g}%). Reported: the µs per batch beyond the direct path (an absolute time).',
         '',
-        '| env | monitor µs/batch | | share of a step | shim-batch+monitor / shim-batch (reported) |',
-        '|---|---|---|---|---|',
+        '| env | ' + ' | '.join(f'{name} × | {name} µs' for name, _, _ in COST) + ' | monitor share of a step |',
+        '|' + '---|' * (2 * len(COST) + 2),
     ]
     for r in judged:
-        share = monitor_share(r.result)
-        out.append(
-            f'| {r.result.env} | {_spread(MONITOR_US.samples(r.result), ".1f")} | {r.outcome(MONITOR_US.id)} '
-            f'| {"—" if share is None else f"{share:.2%}" + (" (over the limit)" if share > MONITOR_LIMIT else "")} '
-            f'| {_spread(MONITOR_RATIO.samples(r.result))} |'
-        )
+        cells = [f'{_cell(r, ratio)} | {us.show(r.result)}' for _, ratio, us in COST]
+        out.append(f'| {r.result.env} | ' + ' | '.join(cells) + f' | {_cell(r, MONITOR_SHARE)} |')
     out += [
         '',
         '## Recipe workload: what crosses to the device',
@@ -251,34 +248,33 @@ def _bytes(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
 
 
 def plot_ratios(judged: list[Judged], path: Path) -> None:
-    """The gated ratios per release (median, IQR bars), each over its baseline's band of ± the minimum effect."""
+    """Every gated timing of every release as its median over its baseline's median (IQR bars), each over the band of
+    its kind's minimum effect."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
-    gated = [m.id for m in METRICS if m.kind == 'ratio' and m.gated != 'never']
-    for index, metric in enumerate(gated):
-        offset = 0.24 * (index - (len(gated) - 1) / 2)
+    timed = [m for m in METRICS if m.gated != 'never' and m.kind.min_effect is not None]
+    for index, found in enumerate(timed):
+        offset = 0.8 * (index - (len(timed) - 1) / 2) / len(timed)
         xs, ys, lo, hi = [], [], [], []
         for x, r in enumerate(judged):
-            samples = r.result.ratios.get(metric)
-            if not samples:
+            now, before = found.read(r.result), found.read(r.baseline)
+            if not now or not before or not found.gated_for(r.result):
                 continue
-            q1, median, q3 = quartiles(samples)
+            centre = statistics.median(before)
+            q1, median, q3 = (v / centre for v in quartiles(now))
             xs.append(x + offset)
             ys.append(median)
             lo.append(median - q1)
             hi.append(q3 - median)
-            before = r.baseline.ratios.get(metric) if r.baseline else None
-            if before and r.result.affected:
-                centre = statistics.median(before)
-                band = (centre * (1 - judging.MIN_EFFECT), centre * (1 + judging.MIN_EFFECT))
-                ax.fill_between([x + offset - 0.1, x + offset + 0.1], *band, color='tab:green', alpha=0.15)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=metric)
+            effect, width = found.kind.min_effect or 0.0, [x + offset - 0.05, x + offset + 0.05]
+            ax.fill_between(width, 1 - effect, 1 + effect, color='tab:green', alpha=0.1)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=found.id)
     ax.axhline(1.0, color='grey', linewidth=0.8)
     ax.set_xticks(range(len(judged)))
     ax.set_xticklabels([split_env(r.result.env)[0] for r in judged], rotation=30, ha='right', fontsize=8)
-    ax.set_ylabel('throughput ratio (median, IQR bars)')
-    ax.set_title(f'Gated same-run ratios per release; green: baseline ± {judging.MIN_EFFECT:.0%}')
-    ax.legend(fontsize=8)
+    ax.set_ylabel('median / baseline median (IQR bars)')
+    ax.set_title("Gated timings per release against their baselines; green: each one's minimum effect")
+    ax.legend(fontsize=7)
     ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -293,7 +289,7 @@ def write(judged: list[Judged], out_dir: PathLike, device: str, png: bool = True
     data = {
         'schema': SCHEMA,
         'device': device,
-        'worst': judging.worst([j for r in judged for j in r.judgements]),
+        'worst': rule.worst([j for r in judged for j in r.judgements]),
         'results': [r.to_json() for r in judged],
     }
     (out / 'report.json').write_text(json.dumps(data, indent=1) + '\n')

@@ -1,8 +1,9 @@
 """What a bench run measured, typed, and where it is stored: results, baselines, and the directories that gather them.
 
-A :class:`BenchResult` is one env's run (``compatshim bench --out``): per leg what ran where and how fast, the
-same-run ratios, the recipe workload's bytes, the hook overhead. It is stored as JSON, the raw samples included, so
-that any later rule can judge it again. Imports nothing heavy (no torch), so results are read and judged anywhere.
+A :class:`BenchResult` is one env's run (``compatshim bench --out``): per leg what ran where and how fast (per window
+and per round), the recipe workload's bytes, and the overhead probes' raw samples. It is stored as JSON, the raw
+samples included, so that any later rule can judge it again: every metric's samples are read from these fields by its
+kind (:mod:`compatshim.bench.rule`). Imports nothing heavy (no torch), so results are read and judged anywhere.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ __all__ = [
     'BaselineExistsError',
     'BenchResult',
     'LegResult',
+    'Overheads',
     'Recipe',
+    'baseline_for',
     'baseline_path',
     'gather',
     'load_baseline',
@@ -32,7 +35,7 @@ __all__ = [
 ]
 
 #: The result format; a result of another schema is refused with a message (re-measure it).
-SCHEMA = 3
+SCHEMA = 4
 PathLike = Union[str, 'os.PathLike[str]']
 
 
@@ -48,7 +51,8 @@ def quartiles(samples: list[float]) -> tuple[float, float, float]:
 class LegResult:
     """One leg of a workload: how the transform was passed, where it ran, what crossed to the device, how fast.
 
-    ``samples_per_s`` holds one value per timed window (empty for an untimed leg: the recipe workload's).
+    ``samples_per_s`` holds one value per timed window, ``round_s`` the leg's mean window in seconds per round (what
+    the same-run ratios pair); both empty for an untimed leg (the recipe workload's).
     """
 
     description: str
@@ -60,8 +64,20 @@ class LegResult:
     h2d_bytes_per_step: int = 0
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
+    round_s: list[float] = dataclasses.field(default_factory=list)
     #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
     monitor: str = ''
+
+
+@dataclasses.dataclass
+class Overheads:
+    """One overhead probe's raw samples: per sample, the seconds ``calls`` calls of compatshim's path took and the
+    seconds as many calls of the direct path took right after, and the round the sample was taken in (1-based)."""
+
+    calls: int
+    path_s: list[float] = dataclasses.field(default_factory=list)
+    direct_s: list[float] = dataclasses.field(default_factory=list)
+    rounds: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -87,17 +103,14 @@ class BenchResult:
     torch: str
     device: str
     family: str  # a Family's value ('host', 'dropped', 'rejected'), or UNAFFECTED_FAMILY
-    fingerprint: dict[str, Any]  # the machine and software it ran on (judge.MATCH_KEYS: what µs need to match)
+    fingerprint: dict[str, Any]  # the machine and software it ran on (reported; the size and workload version compare)
     measured_at: str
     legs: dict[str, LegResult]  # the augment workload, timed
-    #: Per-round ratios of two legs' throughput, from the same rounds: ``'shim-batch/unpatched'`` and the like.
-    ratios: dict[str, list[float]]
     recipe: Recipe
-    #: µs per batch of the shim's own hook path beyond the direct path, per stage (empty: nothing patched here).
-    hook_overhead_us: dict[str, list[float]]
+    #: The overhead probes' samples, by probe (``compatshim.bench.metrics.PROBES``; no hook probe where nothing is
+    #: patched).
+    overheads: dict[str, Overheads]
     patched_by_enable: list[str]  # what enable() patched here (nothing, on an unaffected release)
-    #: µs per train step that the in-run monitor (``TransformMonitor``) adds (empty: not measured, an older result).
-    monitor_overhead_us: list[float] = dataclasses.field(default_factory=list)
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0
     elapsed_s: float = 0.0
@@ -127,7 +140,8 @@ class BenchResult:
         recipe = Recipe(
             {name: LegResult(**_known(LegResult, leg)) for name, leg in recipe['legs'].items()}, recipe['plain']
         )
-        return cls(legs=legs, recipe=recipe, **data)
+        overheads = {name: Overheads(**_known(Overheads, found)) for name, found in data.pop('overheads').items()}
+        return cls(legs=legs, recipe=recipe, overheads=overheads, **data)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -179,6 +193,21 @@ def load_baseline(root: PathLike, result: BenchResult) -> Optional[BenchResult]:
     """The recorded baseline of ``result``'s env, or ``None``."""
     path = baseline_path(root, result.device, result.env)
     return BenchResult.from_json(json.loads(path.read_text())) if path.exists() else None
+
+
+def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
+    """``result``'s baseline under ``root``, and the line that fails the run when it has none although its device has
+    some (a renamed env, or a forgotten ``--record``): the one rule of ``compatshim report`` and ``compatshim bench
+    --baselines``. A device with no baselines at all is a first run: no line (its metrics are inconclusive)."""
+    baseline = load_baseline(root, result)
+    path = baseline_path(root, result.device, result.env)
+    if baseline is not None or not any(path.parent.glob('*.json')):
+        return baseline, None
+    return None, (
+        f'MISSING BASELINE {result.env}: {path.parent.as_posix()} holds baselines, but none for this env (a renamed '
+        f'env, or a forgotten --record); record it: tox -e bench-{result.env},report -- --record (outside the '
+        'matrix: compatshim report --results RESULT.json --baselines DIR --out DIR --record)'
+    )
 
 
 def record_baseline(result: BenchResult, root: PathLike, replace: bool = False) -> Path:

@@ -37,9 +37,11 @@ __all__ = [
 ]
 
 
-#: The version of the workloads' code: bump it with any change to what a leg measures (loaders, models, transforms,
-#: sizes). A baseline of another version is *not comparable* (``compatshim.bench.metrics.comparable``): re-record.
-VERSION = 1
+#: The version of the workloads' code: bump it with any change to what a leg or a probe measures (loaders, models,
+#: transforms, sizes, the overhead probes). A baseline of another version is *not comparable*
+#: (``compatshim.bench.metrics.comparable``): re-record. 2: the probes sampled in every round, and their direct path on
+#: a plain device (on 0.25–0.26 at stage microbatch it had run the transform twice).
+VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,8 @@ import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
-from compatshim.bench import LEGS, overhead
+from compatshim.bench import LEGS, measure, overhead
+from compatshim.bench.metrics import PROBES, metric
 from compatshim.bench.results import BenchResult
 
 pytestmark = [pytest.mark.filterwarnings('ignore::UserWarning'), pytest.mark.runs_in('family')]
@@ -51,25 +52,57 @@ def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> Non
         assert batch_bytes <= legs[name].h2d_bytes_per_step < batch_bytes + 1024, name
 
 
-def test_rounds_ratios_hook_and_monitor_overhead(measured: tuple[BenchResult, Path]) -> None:
+def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult, Path]) -> None:
+    """Every timed leg has a window time per round (the legs of a gated ratio two windows, A B B A), and every probe
+    its samples in every round, so that each gated timing is read against the same rounds."""
     result, _ = measured
     rounds = result.fingerprint['size']['rounds']
     native = result.legs['native-microbatch'].available
     paired = {'unpatched', 'shim-batch'} | ({'shim-microbatch', 'native-microbatch'} if native else set())
-    for name, leg in result.legs.items():  # the legs of a gated ratio run A B B A: two windows per round
+    for name, leg in result.legs.items():
         assert len(leg.samples_per_s) == (0 if not leg.available else 2 * rounds if name in paired else rounds), name
-    assert len(result.ratios['shim-batch/unpatched']) == rounds
-    assert ('shim-microbatch/native-microbatch' in result.ratios) is result.legs['native-microbatch'].available
-    assert set(result.hook_overhead_us) == ({'batch', 'microbatch'} if IS_AFFECTED else set())
-    assert all(len(samples) == overhead.SAMPLES for samples in result.hook_overhead_us.values())
+        assert len(leg.round_s) == (rounds if leg.available else 0), name
+    assert len(metric('shim-batch/unpatched').read(result)) == rounds
+    assert bool(metric('shim-microbatch/native-microbatch').read(result)) is native
+    assert set(result.overheads) == (set(PROBES) if IS_AFFECTED else {'monitor'})
+    for name, found in result.overheads.items():
+        assert len(found.path_s) == len(found.direct_s) == measure.PROBE_SAMPLES * rounds, name
+        assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(measure.PROBE_SAMPLES)], name
+        assert found.calls == overhead.CALLS[name.partition('-')[0]]
+    assert len(metric('monitor share of a step').read(result)) == rounds
     assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
-    assert (
-        len(result.monitor_overhead_us) == overhead.SAMPLES
-        and len(result.ratios['shim-batch+monitor/shim-batch']) == rounds
-    )
-    assert (
-        result.legs['shim-batch+monitor'].placement == 'device' and 'on the device' in result.legs['shim-batch'].monitor
-    )
+    assert 'on the device' in result.legs['shim-batch'].monitor
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, batch: Any) -> Any:
+        self.calls += 1
+        return batch
+
+
+@pytest.mark.parametrize('name', PROBES)
+def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> None:
+    """A probe's two paths do the same work but compatshim's plumbing: the transform once per call in each. (On
+    0.25–0.26 at stage microbatch the direct path once moved through the armed trainer device and ran it twice.)"""
+    import time
+
+    import compatshim
+    from compatshim.testing import FakeAcceleratorDevice
+
+    if name.startswith('hook') and not IS_AFFECTED:
+        pytest.skip(f'Composer {COMPOSER} is unaffected: the shim installs no hook to probe')
+    transform = _Counting()
+    compatshim.enable() if name.startswith('hook') else compatshim.disable()
+    probe = overhead.make_probe(name, FakeAcceleratorDevice, transform)
+    try:
+        compatshim.enable()
+        path_s, direct_s = probe.sample(lambda: None, time.process_time)
+        assert transform.calls == 2 * probe.calls and path_s > 0 and direct_s > 0
+    finally:
+        probe.close()
 
 
 def test_recipe_bytes_and_what_plain_device_transforms_does(measured: tuple[BenchResult, Path]) -> None:

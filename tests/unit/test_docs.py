@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from compatshim import _exits, _settings, _support
+from compatshim.bench import rule
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / 'docs'
@@ -60,6 +61,7 @@ def test_generated_tables_render_from_the_code() -> None:
         assert '<!-- generated:' not in rendered, page.name
     assert _exits.markdown() in hooks.render('<!-- generated: exit-codes -->')
     assert hooks.render('<!-- generated: environment -->') == _settings.variables_markdown()
+    assert hooks.render('<!-- generated: rule -->') == rule.RULE
     assert all(f'`{name}`' in _settings.variables_markdown() for name, _, _ in _settings.VARIABLES)
     with pytest.raises(ValueError, match='unknown generated table'):
         hooks.render('<!-- generated: no-such-table -->')

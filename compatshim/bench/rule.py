@@ -1,0 +1,369 @@
+"""The comparison rule: the kinds of metric, each with how it reads its samples, its minimum effect and its test.
+
+Every gated timing is measured against something in the same rounds, so that a machine 1.7x slower, or one in a slow
+phase, changes none of them: a same-run ratio of two legs doing the same work, the shim's or the monitor's path against
+the direct path in the same samples, the monitor's cost against the step of the same round. Counts (bytes, placement,
+calls) are exact. Absolute times are figures: reported, never judged. :data:`RULE` states the whole rule in one
+paragraph; the judge applies it, the report and the docs quote it. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import TYPE_CHECKING, Any, Optional
+
+from compatshim.bench.results import quartiles
+
+if TYPE_CHECKING:
+    from compatshim.bench.results import BenchResult
+
+__all__ = [
+    'ALPHA',
+    'KINDS',
+    'OUTCOMES',
+    'RULE',
+    'Bytes',
+    'Check',
+    'Figure',
+    'Judgement',
+    'Kind',
+    'Overhead',
+    'Ratio',
+    'Share',
+    'mann_whitney_p',
+    'worst',
+]
+
+#: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
+ALPHA = 0.01
+#: The outcomes of a metric, worst first.
+OUTCOMES: tuple[str, ...] = ('regression', 'not comparable', 'inconclusive', 'improved', 'ok')
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The outcome of one metric, with the numbers behind it (for the report and the last line of a failed run)."""
+
+    metric: str
+    outcome: str
+    reason: str
+    baseline: Optional[float] = None
+    current: Optional[float] = None
+    threshold: str = ''  # e.g. '-5%', '+25%', '≤ 1%'
+    p: Optional[float] = None
+    unit: str = ''  # what follows a number in :meth:`line` ('×', '%', ' bytes/step')
+
+    def line(self, env: str) -> str:
+        """One line that names the env, the metric, the baseline, the current value and the rule's threshold."""
+        numbers = ''
+        if self.current is not None:
+            before = '' if self.baseline is None else f'baseline {_fmt(self.baseline)}{self.unit}, '
+            numbers = f': {before}now {_fmt(self.current)}{self.unit}'
+        limit = f', threshold {self.threshold}' if self.threshold else ''
+        test = f' (rank test p = {self.p:.1g})' if self.p is not None else ''
+        return f'{self.outcome.upper()} {env} {self.metric}{numbers}{limit}{test}: {self.reason}'
+
+
+def _fmt(value: float) -> str:
+    return f'{value:.4g}'
+
+
+def mann_whitney_p(lower: list[float], higher: list[float]) -> float:
+    """One-sided Mann-Whitney U test: the p-value for "``lower`` tends to be smaller than ``higher``".
+
+    Normal approximation with the tie and continuity corrections (conservative for small samples: 3 values a side
+    can never reach :data:`ALPHA`, so a tiny run is never a regression by itself).
+    """
+    n1, n2 = len(lower), len(higher)
+    pooled = sorted([(value, 0) for value in lower] + [(value, 1) for value in higher])
+    rank_sum, ties, i = 0.0, 0.0, 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank_sum += (i + j + 2) / 2 * sum(1 for _, side in pooled[i : j + 1] if side == 0)  # mid-rank of a tie group
+        ties += (j - i + 1) ** 3 - (j - i + 1)
+        i = j + 1
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
+    if variance <= 0:
+        return 1.0  # every value equal: no evidence either way
+    u = rank_sum - n1 * (n1 + 1) / 2  # small when ``lower`` ranks low
+    return 0.5 * math.erfc(-((u - n1 * n2 / 2 + 0.5) / math.sqrt(variance)) / math.sqrt(2))
+
+
+def worst(judgements: list[Judgement]) -> str:
+    """The worst outcome of ``judgements`` (``ok`` for none)."""
+    return min((j.outcome for j in judgements), key=OUTCOMES.index, default='ok')
+
+
+def _spread(samples: list[float], fmt: str) -> str:
+    if not samples:
+        return '—'
+    q1, median, q3 = quartiles(samples)
+    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
+
+
+class Kind:
+    """What a metric is: how it reads its samples from a result, how it is judged, how it is shown.
+
+    Attributes:
+        name: The kind's name in the registry and the docs.
+        unit: What follows its numbers.
+        against_baseline: Judged against a baseline (a relative change); ``False``: on the result alone (a check, a
+            limit).
+        min_effect: The relative change that can be a regression (``None``: not a relative comparison).
+    """
+
+    name = ''
+    unit = ''
+    against_baseline = True
+    min_effect: Optional[float] = None
+
+    def sentence(self) -> str:
+        """Its part of :data:`RULE` (empty: never judged)."""
+        return ''
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        """The metric's samples in ``result`` (empty: not measured there)."""
+        raise NotImplementedError
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        """The outcome of samples ``now`` against ``before`` (``None`` for a kind not judged against a baseline)."""
+        raise NotImplementedError(f'{self.name}: reported, never judged')
+
+    def central(self, samples: list[Any]) -> Optional[float]:
+        """The one number a judgement quotes (the median)."""
+        return float(statistics.median(samples)) if samples else None
+
+    def show(self, samples: list[Any]) -> str:
+        """The samples in a report cell: median ± IQR."""
+        return _spread(samples, '.3f')
+
+
+class _Relative(Kind):
+    """A timing judged by the relative change of its median against the baseline's, and a rank test."""
+
+    higher_is_better = True
+    digits = '.3f'
+
+    def __init__(self, min_effect: float) -> None:
+        self.min_effect = min_effect
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        assert before, 'judged against a baseline'
+        new, old = statistics.median(now), statistics.median(before)
+        change = new / old - 1
+        effect = self.min_effect or 0.0
+        up, down = change > effect, change < -effect
+        worse, better = (down, up) if self.higher_is_better else (up, down)
+        sign = '-' if self.higher_is_better else '+'
+        threshold, shift = f'{sign}{effect:.0%}', f'{change:+.1%}'
+        # The one-sided test in the direction of the change: "current tends higher" or "current tends lower".
+        p: Optional[float] = mann_whitney_p(before, now) if change > 0 else mann_whitney_p(now, before)
+        if not (worse or better):
+            outcome, reason, p = 'ok', f'{shift}, within the minimum effect', None
+        elif p is not None and p >= ALPHA:
+            outcome, reason = 'inconclusive', f'{shift}, but the samples do not support it'
+        elif worse:
+            outcome, reason = 'regression', shift
+        else:
+            outcome, reason = 'improved', f'{shift}: the baseline is stale, re-record it'
+        return Judgement(metric, outcome, reason, old, new, threshold, p, self.unit)
+
+    def show(self, samples: list[Any]) -> str:
+        return _spread(samples, self.digits)
+
+
+class Ratio(_Relative):
+    """Throughput of leg ``source[0]`` over leg ``source[1]``, one sample per round (each leg's mean window in that
+    round): two legs doing the same work, back to back, so that whatever the machine does touches both. Higher is
+    better."""
+
+    name = 'same-run ratio'
+    unit = '×'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        a, b = result.legs.get(source[0]), result.legs.get(source[1])
+        if a is None or b is None:
+            return []
+        return [tb / ta for ta, tb in zip(a.round_s, b.round_s)]
+
+    def sentence(self) -> str:
+        return (
+            f'a same-run ratio (two legs doing the same work, back to back in every round) that falls by more than '
+            f'{self.min_effect:.0%}'
+        )
+
+
+class Overhead(_Relative):
+    """Time of a path of compatshim's (the shim's hooks, the monitor's events) over the direct path it stands in for
+    (the move and the transform alone), alternated in the same samples, ``calls`` calls each. Lower is better."""
+
+    name = 'overhead ratio'
+    unit = '×'
+    higher_is_better = False
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        found = result.overheads.get(source[0])
+        return [] if found is None else [p / d for p, d in zip(found.path_s, found.direct_s)]
+
+    def sentence(self) -> str:
+        return (
+            "an overhead ratio (a path of compatshim's over the direct path, alternated in the same samples) that "
+            f'rises by more than {self.min_effect:.0%}'
+        )
+
+
+class Figure(Kind):
+    """Microseconds per batch a path of compatshim's adds beyond the direct path: an absolute time. Reported as a
+    figure, never judged (another machine, or a slow phase of this one, moves it)."""
+
+    name = 'figure'
+    unit = ' µs/batch'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        found = result.overheads.get(source[0])
+        if found is None:
+            return []
+        return [(p - d) / found.calls * 1e6 for p, d in zip(found.path_s, found.direct_s)]
+
+    def show(self, samples: list[Any]) -> str:
+        return _spread(samples, '.1f')
+
+
+class Share(Kind):
+    """A path of compatshim's (``source[0]``) as a share of a step of a leg (``source[1]``), in percent, one sample per
+    round: the path's µs per batch in that round over the leg's step in the same round. Judged against a fixed
+    limit, not a baseline."""
+
+    name = 'share of a step'
+    unit = '%'
+    against_baseline = False
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        found, leg = result.overheads.get(source[0]), result.legs.get(source[1])
+        if found is None or leg is None or not leg.round_s:
+            return []
+        steps = float(result.fingerprint['size']['steps'])
+        out = []
+        samples = list(zip(found.path_s, found.direct_s, found.rounds))
+        for round_, window_s in enumerate(leg.round_s, start=1):
+            extra = [(p - d) / found.calls for p, d, r in samples if r == round_]
+            if extra:
+                out.append(100 * statistics.mean(extra) / (window_s / steps))
+        return out
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        share = statistics.median(now)
+        over = share > self.limit
+        reason = f'{share:.2f}% of a step, {"over" if over else "within"} the limit'
+        return Judgement(metric, 'regression' if over else 'ok', reason, None, share, f'≤ {self.limit:g}%', None, '%')
+
+    def show(self, samples: list[Any]) -> str:
+        return f'{statistics.median(samples):.2f}%' if samples else '—'
+
+    def sentence(self) -> str:
+        return f"the monitor's share of a step of the same round above {self.limit:g}%"
+
+
+class Bytes(Kind):
+    """Host→device bytes per step of the recipe workload's leg ``source[0]``: a count, the same on any machine. Any
+    byte more is a regression; fewer, an improvement (re-record)."""
+
+    name = 'count'
+    unit = ' bytes/step'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        leg = result.recipe.legs.get(source[0])
+        return [float(leg.h2d_bytes_per_step)] if leg is not None and leg.available else []
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        assert before, 'judged against a baseline'
+        new, old = now[0], before[0]
+        outcome = 'regression' if new > old else 'improved' if new < old else 'ok'
+        reason = {'ok': 'the same', 'regression': f'{new - old:+.0f} bytes/step'}.get(
+            outcome, f'{new - old:+.0f} bytes/step: the baseline is stale, re-record it'
+        )
+        return Judgement(metric, outcome, reason, old, new, 'exact', None, self.unit)
+
+    def show(self, samples: list[Any]) -> str:
+        return f'{samples[0] / 1024:.1f} KiB' if samples else '—'
+
+    def sentence(self) -> str:
+        return "a shim leg's bytes per step above its baseline's by any amount (a count, not a timing)"
+
+
+class Check(Kind):
+    """A fact of the run that must hold whatever the timings: ``read`` gives the problem in words ('' when it holds);
+    any problem is a regression."""
+
+    name = 'check'
+    against_baseline = False
+
+    def __init__(self, what: str, find: Any) -> None:
+        self.what = what
+        self._find = find
+
+    def sentence(self) -> str:
+        return f'a check that fails ({self.what})'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        problem = self._find(source, result)
+        return [] if problem is None else [problem]
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        return Judgement(metric, 'regression' if now[0] else 'ok', now[0] or 'ok')
+
+    def central(self, samples: list[Any]) -> Optional[float]:
+        return None
+
+    def show(self, samples: list[Any]) -> str:
+        return 'ok' if samples and not samples[0] else samples[0] if samples else '—'
+
+
+def _placement(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
+    """A checked leg (``source``: workload, leg) ran on the device, and stage batch once per step."""
+    workload, name = source
+    leg = (result.recipe.legs if workload == 'recipe' else result.legs).get(name)
+    if leg is None or not leg.available:
+        return None
+    if leg.placement != 'device':
+        return f'the transform ran on the {leg.placement}, expected the device'
+    if name == 'shim-batch' and leg.coherence != 'coherent':
+        return f'stage batch is {leg.coherence}, expected one call per step'
+    return ''
+
+
+def _nothing_patched(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
+    patched = ', '.join(result.patched_by_enable)
+    return f'enable() patched {patched}' if patched else ''
+
+
+#: The minimum effects and the limit (see :data:`RULE`).
+RATIO = Ratio(min_effect=0.05)
+OVERHEAD = Overhead(min_effect=0.25)
+FIGURE = Figure()
+MONITOR_SHARE = Share(limit=1.0)
+BYTES = Bytes()
+PLACEMENT = Check('the shim legs transform on the device, stage batch once per step', _placement)
+NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
+KINDS: tuple[Kind, ...] = (RATIO, OVERHEAD, MONITOR_SHARE, BYTES, FIGURE, PLACEMENT, NOTHING_PATCHED)
+
+#: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
+RULE = (
+    "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
+    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}, or '
+    f'{OVERHEAD.sentence()}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
+    'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
+    'comparable* when the baseline measured another workload (size or version); *ok* otherwise. A regression '
+    f'without a test: {MONITOR_SHARE.sentence()}; {BYTES.sentence()}; {PLACEMENT.sentence()}; '
+    f'{NOTHING_PATCHED.sentence()}. Every gated timing is measured against something in the same rounds, so a slower '
+    'machine or a slow phase moves none of them; absolute times (samples/s, µs per batch) are reported, never judged. '
+    'Any regression exits 1, and so does a release without a baseline where its device has some.'
+)
