@@ -157,8 +157,10 @@ def _report_command(args: argparse.Namespace) -> int:
     missing: list[str] = []
     for result in found:
         baseline, absent = results.baseline_for(args.baselines, result)
-        named = results.baseline_path(args.baselines, result.device, result.env).as_posix() if baseline else None
-        if absent and not args.record:
+        path = results.baseline_path(args.baselines, result.device, result.env)
+        named = path.as_posix() if baseline else None
+        recorded = args.record and (args.replace or not path.exists())  # what --record will write below
+        if absent and not recorded:
             missing.append(absent)
         judged.setdefault(result.device, []).append(
             report.Judged(result, baseline, named, judge.judge(result, baseline))

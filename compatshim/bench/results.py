@@ -196,17 +196,25 @@ def load_baseline(root: PathLike, result: BenchResult) -> Optional[BenchResult]:
 
 
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
-    """``result``'s baseline under ``root``, and the line that fails the run when it has none although its device has
-    some (a renamed env, or a forgotten ``--record``): the one rule of ``compatshim report`` and ``compatshim bench
-    --baselines``. A device with no baselines at all is a first run: no line (its metrics are inconclusive)."""
-    baseline = load_baseline(root, result)
+    """``result``'s baseline under ``root``, and the line that fails the run when there is none to judge against: one
+    that cannot be read (another schema), or none although its device has some (a renamed env, or a forgotten
+    ``--record``). The one rule of ``compatshim report`` and ``compatshim bench --baselines``. A device with no
+    baselines at all is a first run: no line (its metrics are inconclusive)."""
     path = baseline_path(root, result.device, result.env)
+    record = f'tox -e bench-{result.env},report -- --record'
+    elsewhere = 'compatshim report --results RESULT.json --baselines DIR --out DIR --record'
+    try:
+        baseline = load_baseline(root, result)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, (
+            f'UNREADABLE BASELINE {result.env}: {path.as_posix()}: {exc}; re-record it: {record} --replace (outside '
+            f'the matrix: {elsewhere} --replace)'
+        )
     if baseline is not None or not any(path.parent.glob('*.json')):
         return baseline, None
     return None, (
         f'MISSING BASELINE {result.env}: {path.parent.as_posix()} holds baselines, but none for this env (a renamed '
-        f'env, or a forgotten --record); record it: tox -e bench-{result.env},report -- --record (outside the '
-        'matrix: compatshim report --results RESULT.json --baselines DIR --out DIR --record)'
+        f'env, or a forgotten --record); record it: {record} (outside the matrix: {elsewhere})'
     )
 
 
