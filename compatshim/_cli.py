@@ -98,7 +98,10 @@ def _bench_command(args: argparse.Namespace) -> int:
         return _exits.NOT_DONE
     try:
         from compatshim.bench import measure
+        from compatshim.bench.workload import default_size
 
+        if args.size is None:
+            args.size = os.environ.get('COMPATSHIM_BENCH_SIZE', '').strip() or default_size(args.device)
         result = measure.measure(
             args.device,
             args.size,
@@ -278,10 +281,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rep.set_defaults(func=_report_command)
 
     args = parser.parse_args(argv)
-    if args.subcommand == 'bench' and args.size is None:
-        from compatshim.bench.workload import default_size
-
-        args.size = os.environ.get('COMPATSHIM_BENCH_SIZE', '').strip() or default_size(args.device)
     return int(args.func(args))
 
 

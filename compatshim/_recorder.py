@@ -120,13 +120,21 @@ class _EventClock:
 
 
 def clock_for(device_kind: str) -> Any:
-    """The clock for a transform running on ``device_kind`` (``cuda``, ``mps``, anything else: the host's)."""
-    if device_kind == 'cuda' and torch.cuda.is_available():
-        return _EventClock('cuda', lambda: torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
+    """The clock for a transform running on ``device_kind``: the device's timing events where torch has them here
+    (``cuda``, ``mps``), else the host's."""
+    event = _timing_events().get(device_kind)
+    return _HostClock() if event is None else _EventClock(device_kind, event)
+
+
+def _timing_events() -> dict[str, Callable[[], Any]]:
+    """How to make a timing event, by the device kinds torch has them for here."""
+    found: dict[str, Callable[[], Any]] = {}
+    if torch.cuda.is_available():
+        found['cuda'] = lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     mps_event = getattr(getattr(torch, 'mps', None), 'Event', None)
-    if device_kind == 'mps' and mps_event is not None:
-        return _EventClock('mps', lambda: mps_event(enable_timing=True))
-    return _HostClock()
+    if mps_event is not None:
+        found['mps'] = lambda: mps_event(enable_timing=True)
+    return found
 
 
 class Window:

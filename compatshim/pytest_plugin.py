@@ -89,18 +89,27 @@ def compatshim_device(request: pytest.FixtureRequest) -> Any:
     """A Composer Device on which placement is observable (fake accelerator on cpu, else the real device)."""
     from compatshim.testing import observable_device
 
-    kind = request.config.getoption('compatshim_device')
-    if kind == 'cuda':
-        import torch
+    chosen = request.config.getoption('compatshim_device')
+    absent = _absent(chosen)
+    if absent:
+        pytest.skip(absent)
+    return observable_device(chosen)
 
-        if not torch.cuda.is_available():
-            pytest.skip('--compatshim-device=cuda, but torch.cuda.is_available() is False')
-    if kind == 'mps':
-        import torch
 
-        if not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
-            pytest.skip('--compatshim-device=mps, but torch.backends.mps.is_available() is False')
-    return observable_device(kind)
+def _absent(device_kind: str) -> Optional[str]:
+    """Why ``--compatshim-device=device_kind`` cannot be given here, or ``None``."""
+    import torch
+
+    checks = {
+        'cuda': ('torch.cuda.is_available()', torch.cuda.is_available),
+        'mps': (
+            'torch.backends.mps.is_available()',
+            lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
+        ),
+    }
+    if device_kind not in checks or checks[device_kind][1]():
+        return None
+    return f'--compatshim-device={device_kind}, but {checks[device_kind][0]} is False'
 
 
 @pytest.fixture

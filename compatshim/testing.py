@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-from composer.devices import DeviceCPU, DeviceGPU
+from composer.devices import DeviceCPU, DeviceGPU, DeviceMPS
 
 from compatshim._recorder import Tap, is_on_device, placement
 
@@ -113,21 +113,13 @@ class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
         pass
 
 
-def observable_device(kind: str) -> Any:
+def observable_device(device_kind: str) -> Any:
     """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
 
     Args:
-        kind: ``cpu``, ``cuda`` or ``mps``.
+        device_kind: ``cpu``, ``cuda`` or ``mps``.
     """
-    if kind == 'cuda':
-        from composer.devices import DeviceGPU
-
-        return DeviceGPU()
-    if kind == 'mps':
-        from composer.devices import DeviceMPS
-
-        return DeviceMPS()
-    return FakeAcceleratorDevice()
+    return {'cuda': DeviceGPU, 'mps': DeviceMPS}.get(device_kind, FakeAcceleratorDevice)()
 
 
 class PlacementProbe(Tap):

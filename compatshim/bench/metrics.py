@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     'CHECKED_LEGS',
     'COMPARABLE_BY',
+    'COSTS',
     'GATES',
     'LEGS',
     'METRICS',
@@ -140,6 +141,12 @@ MONITOR_OVERHEAD, MONITOR_SHARE, MONITOR_US = (
     metric('monitor path / direct'),
     metric('monitor share of a step'),
     metric('monitor µs/batch'),
+)
+#: compatshim's own cost, probe by probe: what it is, its gated overhead ratio, its µs per batch (the report's table).
+COSTS: tuple[tuple[str, Metric, Metric], ...] = (
+    ('hook, stage batch', metric('hook path / direct (batch)'), metric('hook µs/batch (batch)')),
+    ('hook, stage microbatch', metric('hook path / direct (microbatch)'), metric('hook µs/batch (microbatch)')),
+    ('monitor, one train step', MONITOR_OVERHEAD, MONITOR_US),
 )
 
 

@@ -19,13 +19,11 @@ from typing import Any, Optional
 from compatshim._support import split_env
 from compatshim.bench import rule
 from compatshim.bench.metrics import (
+    COSTS,
     LEGS,
     METRICS,
-    MONITOR_OVERHEAD,
     MONITOR_SHARE,
-    MONITOR_US,
     Metric,
-    metric,
 )
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
 
@@ -81,12 +79,6 @@ def _pct(value: Optional[float]) -> str:
 #: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.
 HEADLINE = [m for m in METRICS if m.title]
 CHECKS = [m for m in METRICS if not m.title and m.gated != 'never']
-#: compatshim's own cost per batch: the gated ratio and the µs figure of each probe, by table column.
-COST = [
-    ('hook, stage batch', metric('hook path / direct (batch)'), metric('hook µs/batch (batch)')),
-    ('hook, stage microbatch', metric('hook path / direct (microbatch)'), metric('hook µs/batch (microbatch)')),
-    ('monitor, one train step', MONITOR_OVERHEAD, MONITOR_US),
-]
 
 
 def _cell(judged: Judged, found: Metric) -> str:
@@ -141,11 +133,11 @@ def markdown(judged: list[Judged], device: str) -> str:
         "(×), and the monitor's share of a shim-batch step of the same round (the limit is "
         f'{rule.MONITOR_SHARE.limit:g}%). Reported: the µs per batch beyond the direct path (an absolute time).',
         '',
-        '| env | ' + ' | '.join(f'{name} × | {name} µs' for name, _, _ in COST) + ' | monitor share of a step |',
-        '|' + '---|' * (2 * len(COST) + 2),
+        '| env | ' + ' | '.join(f'{name} × | {name} µs' for name, _, _ in COSTS) + ' | monitor share of a step |',
+        '|' + '---|' * (2 * len(COSTS) + 2),
     ]
     for r in judged:
-        cells = [f'{_cell(r, ratio)} | {us.show(r.result)}' for _, ratio, us in COST]
+        cells = [f'{_cell(r, ratio)} | {us.show(r.result)}' for _, ratio, us in COSTS]
         out.append(f'| {r.result.env} | ' + ' | '.join(cells) + f' | {_cell(r, MONITOR_SHARE)} |')
     out += [
         '',

@@ -27,9 +27,12 @@ PLAIN_OUTCOME = {None: 'device', 'host': 'host', 'dropped': 'fails', 'rejected':
 
 @pytest.fixture(scope='module')
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[BenchResult, Path]:
-    """One real tiny bench run on this release (cpu), through the command line, shared by the module."""
-    out = tmp_path_factory.mktemp('bench') / 'results' / 'result.json'
-    assert _cli.main(['bench', '--size', 'tiny', '--out', str(out)]) == 0
+    """One real tiny bench run on this release (cpu), through the command line, shared by the module; judged against
+    an empty baselines directory (a device's first run: inconclusive, never a failure)."""
+    root = tmp_path_factory.mktemp('bench')
+    out, baselines = root / 'results' / 'result.json', root / 'baselines'
+    baselines.mkdir()
+    assert _cli.main(['bench', '--size', 'tiny', '--out', str(out), '--baselines', str(baselines)]) == 0
     return BenchResult.from_json(json.loads(out.read_text())), out
 
 

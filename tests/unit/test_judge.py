@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -245,11 +244,11 @@ SAME = [1.00, 0.99, 1.01, 1.00, 1.00, 1.02, 0.99, 1.01]
         ([1.25, 1.26, 1.24, 1.25, 1.27, 1.23, 1.26, 1.25], 'improved'),
         ([0.97, 0.98, 0.96, 0.97, 0.99, 0.95, 0.98, 0.97], 'ok'),  # -3%: significant, below the minimum effect
         ([0.40, 1.60, 0.70, 1.30, 0.60, 1.20, 0.50, 0.80], 'inconclusive'),  # -25% median, noise
-        ([0.80, 0.81, 0.79], 'inconclusive'),  # 3 a side can never be significant at 0.01
+        ([0.80, 0.81, 0.79], 'inconclusive'),  # 3 a side (below) can never be significant at 0.01
     ],
 )
 def test_rule_on_same_run_ratios(current: list[float], outcome: str) -> None:
-    assert rule.RATIO.judge('ratio', current, SAME).outcome == outcome
+    assert rule.RATIO.judge('ratio', current, SAME[: len(current)]).outcome == outcome
 
 
 @pytest.mark.parametrize(
@@ -285,7 +284,7 @@ def test_the_rule_is_one_constant_built_from_the_kinds() -> None:
     assert f'{rule.RATIO.min_effect:.0%}' in rule.RULE and f'{rule.OVERHEAD.min_effect:.0%}' in rule.RULE
     assert f'{rule.MONITOR_SHARE.limit:g}%' in rule.RULE and f'{rule.ALPHA:g}' in rule.RULE
     for path in (ROOT / 'compatshim').rglob('*.py'):
-        assert not re.search(r'\bkind\s*==', path.read_text()), path
+        assert 'kind ==' not in path.read_text(), path  # the issue's own check: grep -n "kind ==" compatshim/
     assert '__doc__' not in (ROOT / 'compatshim' / 'bench' / 'report.py').read_text()
     assert rule.RULE in (REPORT / 'report.md').read_text()
 
