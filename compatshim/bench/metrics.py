@@ -84,8 +84,10 @@ class Metric:
         return {'affected': result.affected, 'unaffected': not result.affected}.get(self.gated, True)
 
     def gated_for(self, result: BenchResult) -> bool:
-        """Whether this metric is judged on ``result`` (its release and device)."""
-        return self.gated != 'never' and self.applies(result) and result.device in self.devices
+        """Whether this metric is judged on ``result`` (its release, device and size)."""
+        size = result.fingerprint.get('size', {}).get('name')
+        where = self.gated != 'never' and self.applies(result) and result.device in self.devices
+        return where and (self.kind.sizes is None or size in self.kind.sizes)
 
     def read(self, result: Optional[BenchResult]) -> list[Any]:
         """Its samples in ``result`` (empty: not measured there)."""

@@ -115,12 +115,14 @@ class Kind:
         against_baseline: Judged against a baseline (a relative change); ``False``: on the result alone (a check, a
             limit).
         min_effect: The relative change that can be a regression (``None``: not a relative comparison).
+        sizes: The workload sizes it is judged at (``None``: every size).
     """
 
     name = ''
     unit = ''
     against_baseline = True
     min_effect: Optional[float] = None
+    sizes: Optional[tuple[str, ...]] = None
 
     def sentence(self) -> str:
         """Its part of :data:`RULE` (empty: never judged)."""
@@ -243,8 +245,8 @@ class Share(Kind):
     unit = '%'
     against_baseline = False
 
-    def __init__(self, limit: float) -> None:
-        self.limit = limit
+    def __init__(self, limit: float, sizes: tuple[str, ...]) -> None:
+        self.limit, self.sizes = limit, sizes
 
     def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
         found, leg = result.overheads.get(source[0]), result.legs.get(source[1])
@@ -269,7 +271,8 @@ class Share(Kind):
         return f'{statistics.median(samples):.2f}%' if samples else '—'
 
     def sentence(self) -> str:
-        return f"the monitor's share of a step of the same round above {self.limit:g}%"
+        sizes = ' and '.join(self.sizes)
+        return f"the monitor's share of a step of the same round above {self.limit:g}% (at the {sizes} sizes)"
 
 
 class Bytes(Kind):
@@ -349,7 +352,8 @@ def _nothing_patched(source: tuple[str, ...], result: BenchResult) -> Optional[s
 RATIO = Ratio(min_effect=0.05)
 OVERHEAD = Overhead(min_effect=0.25)
 FIGURE = Figure()
-MONITOR_SHARE = Share(limit=1.0)
+#: The monitor's limit is stated for a step of the real workload: a step of the tiny test size is no such step.
+MONITOR_SHARE = Share(limit=1.0, sizes=('cpu', 'gpu'))
 BYTES = Bytes()
 PLACEMENT = Check('the shim legs transform on the device, stage batch once per step', _placement)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
