@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import importlib.metadata
 import warnings
 from collections.abc import Iterator
 from typing import Optional
@@ -16,7 +15,7 @@ from compatshim import _settings, _state
 from compatshim._settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VAR
 from compatshim._stages import Stage
 from compatshim._state import STATE
-from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of
+from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of, installed
 from compatshim.errors import CompatShimError, CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
 
 __all__ = [
@@ -72,13 +71,6 @@ class ShimStatus:
     allow_untested: bool = False
 
 
-def _installed(distribution: str) -> Optional[str]:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _parse(version: str) -> Optional[Version]:
     try:
         return Version(version)
@@ -95,7 +87,7 @@ def _warn_once(key: str, message: str, category: type[Warning]) -> None:
 
 def status() -> ShimStatus:
     """Report the installed versions, the verdict, the stage and the patches applied. Imports nothing heavy."""
-    composer, torch = _installed('mosaicml'), _installed('torch')
+    composer, torch = installed('mosaicml'), installed('torch')
     patches = _state.patched_targets()
     stage = STATE.stage
     parsed = None if composer is None else _parse(composer)
@@ -163,7 +155,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
     with STATE.lock:
         for message in settings.ignored:
             _warn_once(message, message, CompatShimWarning)
-        composer = _installed('mosaicml')
+        composer = installed('mosaicml')
         if composer is None:
             raise ComposerNotInstalledError(
                 'compatshim: Composer is not installed (no "mosaicml" distribution in this environment), so there is '
@@ -213,13 +205,12 @@ def start() -> ShimStatus:
     Raises:
         ConfigurationError: A setting is not allowed (checked before anything changes).
     """
-    monitor = _settings.monitor()
-    _settings.resolve()
+    monitor = _settings.monitor()  # validated first: enable() validates its own settings before it changes anything
     shim_status = enable()
     if monitor != 'off':
-        from compatshim.patches import watch
+        from compatshim.monitor import attach_to_every_trainer
 
-        watch.attach_to_every_trainer(strict=monitor == 'strict')
+        attach_to_every_trainer(strict=monitor == 'strict')
     return shim_status
 
 
@@ -237,7 +228,7 @@ def _instrument(family: Optional[Family], version: str) -> Family:
         data_spec.instrument(DataSpec, family)
         trainer.instrument(Trainer)
     except BaseException:
-        _state.restore_all()
+        STATE.patches.restore_all()
         raise
     return family
 
@@ -253,7 +244,7 @@ def disable() -> ShimStatus:
     with a :class:`~compatshim.errors.CompatShimWarning`, as Composer 0.25 did.
     """
     with STATE.lock:
-        _state.restore_all()
+        STATE.patches.restore_all()
         STATE.stage = None
         STATE.family = None
         STATE.allow_untested = False

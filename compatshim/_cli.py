@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from compatshim import _exits
 from compatshim._stages import STAGES
+from compatshim._support import DEVICES
 from compatshim.errors import CompatShimWarning, ConfigurationError
 
 __all__ = ['main']
@@ -67,9 +68,7 @@ def _summary(result: Any) -> str:
     """What a bench run measured, in a few lines (the judging is ``compatshim report``'s)."""
     from compatshim.bench.metrics import METRICS
 
-    planted = (f', PLANTED slowdown {result.planted_slowdown:.0%}' if result.planted_slowdown else '') + (
-        f', PLANTED hook delay {result.planted_hook_us:g} µs' if result.planted_hook_us else ''
-    )
+    planted = f', {result.planted_text}' if result.planted else ''
     size = result.fingerprint['size']['name']
     lines = [f'{result.env} ({result.family}), size {size}, {result.elapsed_s:.0f} s{planted}']
     lines.append(f'  {"leg":20}{"placement":14}{"coherence":34}{"samples/s":>16}')
@@ -220,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
     doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
-    doctor.add_argument('--device', choices=('cpu', 'cuda', 'mps'), help='device for the self-check (default: best)')
+    doctor.add_argument('--device', choices=DEVICES, help='device for the self-check (default: best)')
     doctor.add_argument(
         '--stage',
         choices=STAGES,
@@ -235,7 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     doctor.set_defaults(func=_doctor_command)
 
     bench = sub.add_parser('bench', help='measure the legs on this release (placement, bytes, speed, hook µs)')
-    bench.add_argument('--device', choices=('cpu', 'cuda', 'mps'), default='cpu')
+    bench.add_argument('--device', choices=DEVICES, default='cpu')
     bench.add_argument(
         '--size',
         choices=('tiny', 'cpu', 'gpu'),
@@ -282,7 +281,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     args = parser.parse_args(argv)
     return int(args.func(args))
-
-
-if __name__ == '__main__':
-    sys.exit(main())

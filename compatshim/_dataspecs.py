@@ -1,31 +1,86 @@
-"""Which transforms each ``DataSpec`` was given, keyed by its dataloader: what the monitor reads to know what to watch.
+"""Which transforms each ``DataSpec`` was given, where each one sits, and what became of it — keyed by its dataloader.
 
 A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28 assign ``device_transforms``, then overwrite
 it), and a callback sees only the running dataloader (``state.dataloader``), not its DataSpec. So the DataSpec is
-*noted* when it is built: by the shim's own ``DataSpec.__init__`` wrapper while the shim is on
-(:mod:`compatshim.patches.data_spec`), and by the monitor's watch (:mod:`compatshim.patches.watch`) while it is armed.
-A note holds weak references only; imports nothing.
+*noted* when it is built, by the wrapper that knows where each transform went: the shim's own ``DataSpec.__init__``
+wrapper (:mod:`compatshim.patches.data_spec`: it put the user's ``device_transforms`` inside its hooks) while the shim
+is on, and the monitor's observe-only watch (:mod:`compatshim.patches.watch`: Composer's own placement) while it is
+armed. Each transform is a :class:`Slot`: the attributes that hold the callable, the stage it runs at, and its
+:class:`Fate`. :func:`tap` wraps a slot's callable in every place it sits, and takes the wrapper out again: the monitor
+(and through it the bench and the doctor) taps through it and knows nothing of the shim's hooks.
+
+A note holds weak references to the DataSpec and its dataloader; imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import weakref
+from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-__all__ = ['TRANSFORM_NAMES', 'Note', 'find', 'given_transforms', 'note']
+from compatshim import _patching
+from compatshim._support import family_of, installed
+
+__all__ = [
+    'TRANSFORM_NAMES',
+    'Fate',
+    'Note',
+    'Slot',
+    'composer_slots',
+    'find',
+    'given_transforms',
+    'held_slots',
+    'note',
+    'spec_name',
+    'tap',
+]
 
 #: The DataSpec arguments that take a transform, in the order Composer applies them.
 TRANSFORM_NAMES = ('device_transforms', 'batch_transforms', 'microbatch_transforms')
 
 
+class Fate(str, enum.Enum):
+    """What became of a transform a DataSpec was given."""
+
+    #: Composer calls it where it was given: its own ``batch_transforms`` / ``microbatch_transforms``, and
+    #: ``device_transforms`` up to 0.24 (after the move, on the device).
+    CALLED = 'called by Composer'
+    #: ``device_transforms`` on 0.25–0.26 without the shim: called at batch level, before the move (on the host).
+    ON_HOST = 'called before the move'
+    #: ``device_transforms`` on 0.27–0.28 without the shim: assigned, then overwritten; nothing will call it.
+    DROPPED = 'dropped by Composer'
+    #: ``device_transforms`` converted by the shim: its hooks call it on the device, at the slot's stage.
+    PLACED = 'placed by the shim'
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One transform of one DataSpec.
+
+    Attributes:
+        name: The DataSpec argument it was given as (:data:`TRANSFORM_NAMES`).
+        fate: What became of it.
+        places: Every ``(holder, attribute)`` that holds the callable something calls (empty: nothing will).
+        stage: ``'batch'`` or ``'microbatch'``: where it runs; ``None`` for the shim's hooks following
+            ``enable(stage=...)`` (the DataSpec gave no ``data_transfer_stage``).
+    """
+
+    name: str
+    fate: Fate
+    places: tuple[tuple[Any, str], ...] = ()
+    stage: Optional[str] = None
+
+
 @dataclasses.dataclass(eq=False)
 class Note:
-    """One DataSpec: a weak reference to it, and the transforms it was given (by argument name)."""
+    """One DataSpec: a weak reference to it, how messages name it, and its slots (by argument name)."""
 
     spec: Callable[[], Any]
-    given: frozenset[str]
-    #: Whether the shim converted it (its hooks are the shim's).
+    spec_name: str
+    slots: dict[str, Slot]
+    #: Noted by the shim's own wrapper, which knows where it put the transforms: a watch's note never replaces it.
     by_shim: bool = False
 
 
@@ -39,23 +94,58 @@ def _ref(obj: Any) -> Callable[[], Any]:
         return lambda: obj
 
 
+def spec_name(spec: Any) -> str:
+    """``DataSpec(dataloader=DataLoader over TensorDataset)``: how messages name a DataSpec."""
+    loader = getattr(spec, 'dataloader', None)
+    dataset = getattr(loader, 'dataset', None)
+    over = f' over {type(dataset).__name__}' if dataset is not None else ''
+    return f'DataSpec(dataloader={type(loader).__name__}{over})'
+
+
 def given_transforms(arguments: dict[str, Any]) -> frozenset[str]:
     """The transform arguments among ``arguments`` that hold something other than ``None``."""
     return frozenset(name for name in TRANSFORM_NAMES if arguments.get(name) is not None)
 
 
-def note(spec: Any, given: frozenset[str], *, by_shim: bool = False) -> None:
-    """Remember that ``spec`` was given ``given`` (merged with what an earlier note of the same DataSpec said)."""
+def _is_default(spec: Any, value: Any) -> bool:
+    """Composer's own no-op transforms are methods of the DataSpec itself."""
+    return getattr(value, '__self__', None) is spec
+
+
+def composer_slots(spec: Any, given: Iterable[str]) -> list[Slot]:
+    """Where Composer itself (no shim) keeps each transform ``spec`` was given, and what it does with it."""
+    slots = []
+    for name in (n for n in TRANSFORM_NAMES if n in set(given)):
+        held = vars(spec).get(name)
+        kept = callable(held) and not _is_default(spec, held)
+        if name != 'device_transforms':
+            stage = {'batch_transforms': 'batch', 'microbatch_transforms': 'microbatch'}[name]
+            slots.append(Slot(name, Fate.CALLED, ((spec, name),) if kept else (), stage))
+        elif not kept:  # 0.27–0.28: assigned, then overwritten
+            slots.append(Slot(name, Fate.DROPPED))
+        else:  # up to 0.24 after the move; 0.25–0.26 before it
+            version = installed('mosaicml')
+            fate = Fate.CALLED if version is None or family_of(version) is None else Fate.ON_HOST
+            slots.append(Slot(name, fate, ((spec, name),), 'batch'))
+    return slots
+
+
+def held_slots(spec: Any) -> list[Slot]:
+    """What a DataSpec that was never noted (built before any watch) visibly holds: its non-default transforms."""
+    held = [n for n in TRANSFORM_NAMES if callable(vars(spec).get(n)) and not _is_default(spec, vars(spec)[n])]
+    return composer_slots(spec, held)
+
+
+def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
+    """Remember ``spec``'s slots. The shim's note replaces a watch's; a watch's never replaces the shim's."""
     loader = getattr(spec, 'dataloader', None)
     if loader is None:
         return
     key = id(loader)
     found = _NOTES.get(key)
-    if found is not None and found[0]() is loader and found[1].spec() is spec:
-        old = found[1]
-        old.given, old.by_shim = old.given | given, old.by_shim or by_shim
+    if found is not None and found[0]() is loader and found[1].spec() is spec and found[1].by_shim and not by_shim:
         return
-    _NOTES[key] = (_ref(loader), Note(weakref.ref(spec), given, by_shim))
+    _NOTES[key] = (_ref(loader), Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim))
     if len(_NOTES) > 64:  # drop the notes of dataloaders that are gone
         for stale in [k for k, (ref, n) in _NOTES.items() if ref() is None or n.spec() is None]:
             del _NOTES[stale]
@@ -68,3 +158,13 @@ def find(loader: Any) -> Optional[tuple[Any, Note]]:
         return None
     spec = found[1].spec()
     return None if spec is None else (spec, found[1])
+
+
+def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[_patching.Swap]]:
+    """Put one ``wrap(callable)`` in every place of ``slot`` (``None`` and no swap where it has none); the wrapper,
+    and the swaps that take it out again (``undo()``: only where it is still there)."""
+    if not slot.places:
+        return None, []
+    holder, attr = slot.places[0]
+    wrapper = wrap(getattr(holder, attr))
+    return wrapper, [_patching.swap(h, a, lambda _: wrapper) for h, a in slot.places]

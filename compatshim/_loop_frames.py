@@ -17,12 +17,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
+from compatshim import _patching
+
 __all__ = ['LoopFrame', 'current_frame', 'loop_frame']
 
 Batch = Any
 
 _local = threading.local()
-_MISSING = object()
 
 
 @dataclasses.dataclass(eq=False)
@@ -32,25 +33,21 @@ class LoopFrame:
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
     armed: Optional[Callable[[Batch], Batch]] = None
-    _saved_attr: Any = _MISSING  # the device's own instance attribute ``batch_to_device``, if it had one
-    _interposed: bool = False  # the frame put a _MoveThenTransform on the device
+    #: The device's ``batch_to_device`` replaced by this frame's interposer, while armed.
+    _interposed: Optional[_patching.Swap] = None
 
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
         self.armed = transform
         if not isinstance(vars(self.device).get('batch_to_device'), _MoveThenTransform):
-            self._saved_attr = vars(self.device).get('batch_to_device', _MISSING)
-            self.device.batch_to_device = _MoveThenTransform(self.device, self.device.batch_to_device)
-            self._interposed = True
+            self._interposed = _patching.swap(
+                self.device, 'batch_to_device', lambda move: _MoveThenTransform(self.device, move)
+            )
 
     def close(self) -> None:
-        if not self._interposed:
-            return
-        if self._saved_attr is _MISSING:
-            del self.device.batch_to_device
-        else:
-            self.device.batch_to_device = self._saved_attr
-        self._interposed = False
+        if self._interposed is not None:
+            self._interposed.undo()
+            self._interposed = None
 
 
 class _MoveThenTransform:

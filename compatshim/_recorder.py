@@ -24,9 +24,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ['MoveCounter', 'Tap', 'Window', 'is_on_device', 'placement']
+from compatshim import _patching
 
-_MISSING: Any = object()
+__all__ = ['MoveCounter', 'Tap', 'Window', 'clock_for', 'is_on_device', 'placement', 'summarize_places']
 
 #: Class attribute marking a tensor subclass that stands for device memory (the CPU fake accelerator's tensors).
 ON_ACCELERATOR = '_compatshim_on_accelerator'
@@ -68,8 +68,6 @@ def summarize_places(places: collections.Counter[str]) -> str:
 class _HostClock:
     """Host work: this process's CPU time (all its threads), read around each call."""
 
-    kind = 'cpu'
-
     def start(self) -> float:
         return time.process_time()
 
@@ -88,11 +86,9 @@ class _EventClock:
     waits for the last pair.
     """
 
-    def __init__(self, kind: str, event: Callable[[], Any]) -> None:
-        self.kind = kind
+    def __init__(self, event: Callable[[], Any]) -> None:
         self.event = event
         self.pending: collections.deque[tuple[int, Any, Any]] = collections.deque()
-        self.window_id = 0
 
     def start(self) -> Any:
         begin = self.event()
@@ -123,7 +119,7 @@ def clock_for(device_kind: str) -> Any:
     """The clock for a transform running on ``device_kind``: the device's timing events where torch has them here
     (``cuda``, ``mps``), else the host's."""
     event = _timing_events().get(device_kind)
-    return _HostClock() if event is None else _EventClock(device_kind, event)
+    return _HostClock() if event is None else _EventClock(event)
 
 
 def _timing_events() -> dict[str, Callable[[], Any]]:
@@ -201,31 +197,23 @@ class MoveCounter:
 
     def __init__(self) -> None:
         self.bytes: dict[str, int] = {}
-        self.device: Any = None
-        self._move: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-        self._own: Any = _MISSING  # the device instance's own tensor_to_device, if it had one
+        self._installed: Optional[_patching.Swap] = None
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         if not is_on_device(tensor):
             name = str(tensor.dtype).replace('torch.', '')
             self.bytes[name] = self.bytes.get(name, 0) + tensor.nbytes
-        assert self._move is not None
-        return self._move(tensor)
+        assert self._installed is not None
+        moved: torch.Tensor = self._installed.original(tensor)
+        return moved
 
     def install(self, device: Any) -> MoveCounter:
-        self.device, self._own = device, vars(device).get('tensor_to_device', _MISSING)
-        self._move = device.tensor_to_device
-        device.tensor_to_device = self
+        self._installed = _patching.swap(device, 'tensor_to_device', lambda move: self)
         return self
 
     def remove(self) -> None:
-        device, self.device = self.device, None
-        if device is None or vars(device).get('tensor_to_device') is not self:
-            return
-        if self._own is _MISSING:
-            del device.tensor_to_device
-        else:
-            device.tensor_to_device = self._own
+        if self._installed is not None:
+            self._installed.undo()
 
     def take(self) -> dict[str, int]:
         """The bytes counted since the last take, by dtype (largest first), and a fresh count."""

@@ -14,7 +14,7 @@ import inspect
 import types
 from typing import Any, Callable, Optional
 
-from compatshim._state import describe
+from compatshim._patching import describe
 from compatshim._support import Family
 from compatshim.errors import UnexpectedComposerShapeError
 

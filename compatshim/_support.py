@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.metadata
+from typing import Optional
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -23,6 +25,7 @@ __all__ = [
     'UNAFFECTED',
     'UNAFFECTED_FAMILY',
     'family_of',
+    'installed',
     'markdown_table',
     'split_env',
 ]
@@ -60,6 +63,14 @@ _FAMILY_BEHAVIOUR = {
     Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
     Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
 }
+
+
+def installed(distribution: str) -> Optional[str]:
+    """The installed version of a distribution (``mosaicml``, ``torch``), or ``None``."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def family_of(version: str | Version) -> Family | None:

@@ -65,7 +65,7 @@ def _apply(hook: BatchHook | MicrobatchHook, batch: Batch, stage: str) -> Batch:
     problem = _structure_problem(batch, result)
     if problem is not None:
         raise TransformResultError(
-            f'compatshim: device_transforms {_name(hook.transform)!r} of {hook.owner} returned {problem} at stage '
+            f'compatshim: device_transforms {_name(hook.transform)!r} of {hook.spec_name} returned {problem} at stage '
             f'{stage!r}. It must return the batch it was given, transformed: a tensor for a tensor, a list or tuple '
             'of the same length, or a mapping.',
         )
@@ -96,7 +96,7 @@ class BatchHook:
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
         has_microbatch_hook: Whether the release calls a microbatch-level hook (0.27+); if not, stage
             ``microbatch`` arms the loop frame instead (see :mod:`compatshim._loop_frames`).
-        owner: The DataSpec, described for error messages.
+        spec_name: The DataSpec, as error messages name it.
     """
 
     def __init__(
@@ -105,13 +105,13 @@ class BatchHook:
         stage: Optional[_stages.Stage],
         native: Optional[Transform],
         has_microbatch_hook: bool,
-        owner: str = 'a DataSpec',
+        spec_name: str = 'a DataSpec',
     ) -> None:
         self.transform = transform
         self.stage = stage
         self.native = native
         self.has_microbatch_hook = has_microbatch_hook
-        self.owner = owner
+        self.spec_name = spec_name
         self.warned = False  # the disabled-shim warning is given once per DataSpec
 
     def __call__(self, batch: Batch) -> Batch:
@@ -149,7 +149,7 @@ class MicrobatchHook:
         transform: The user's ``device_transforms``.
         stage: The DataSpec's own ``data_transfer_stage``, or ``None`` to follow ``enable(stage=...)``.
         native: The DataSpec's own ``microbatch_transforms``.
-        owner: The DataSpec, described for error messages.
+        spec_name: The DataSpec, as error messages name it.
     """
 
     def __init__(
@@ -157,12 +157,12 @@ class MicrobatchHook:
         transform: Transform,
         stage: Optional[_stages.Stage],
         native: Transform,
-        owner: str = 'a DataSpec',
+        spec_name: str = 'a DataSpec',
     ) -> None:
         self.transform = transform
         self.stage = stage
         self.native = native
-        self.owner = owner
+        self.spec_name = spec_name
 
     def __call__(self, microbatch: Batch) -> Batch:
         if STATE.stage is not None and _stage_of(self) == 'microbatch':

@@ -14,7 +14,8 @@ A setting that is not allowed raises ``ConfigurationError`` at the import; Compo
 raises ``UnexpectedComposerShapeError``, nothing patched. The import imports Composer (and torch) when it is there.
 """
 
-from compatshim._api import _installed, start
+from compatshim._api import start
+from compatshim._support import installed
 
-if _installed('mosaicml') is not None:
+if installed('mosaicml') is not None:
     start()

@@ -35,12 +35,6 @@ __all__ = ['SelfCheck', 'conclude', 'diagnose', 'text']
 
 #: The doctor's exit codes (every command's are in :mod:`compatshim._exits`).
 EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = _exits.OK, _exits.AFFECTED, _exits.NOT_DONE, _exits.NOT_FIXED
-_PATCH_TARGETS = (
-    'composer.core.data_spec.DataSpec.__init__',
-    'composer.trainer.trainer.Trainer._train_loop',
-    'composer.trainer.trainer.Trainer._eval_loop',
-    'composer.trainer.trainer.Trainer.predict',
-)
 
 
 @dataclasses.dataclass
@@ -135,7 +129,7 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
         summary = found.get(mode)
         transform = None if summary is None else summary.transforms.get('device_transforms')
         setattr(leg, mode, transform.where if transform is not None else 'error' if leg.error else 'never called')
-    leg.monitor = [summary.line for summary in found.values()]
+    leg.monitor = [summary.text for summary in found.values()]
     if draws and seen and not leg.error:
         # Coherent: one draw per step, and every microbatch of the step carries it.
         leg.coherent = len(draws) == 2 and [float(v) for s in seen for v in s] == [d for d in draws for _ in range(8)]
@@ -241,7 +235,9 @@ def diagnose(
         return report
     was_active = before.verdict is Verdict.PATCHED
     if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
-        report['would_patch'] = list(_PATCH_TARGETS)
+        from compatshim.patches import TARGETS
+
+        report['would_patch'] = list(TARGETS)
     child = _run_child(device, stage, untested)
     if 'crashed' in child:
         report['summary'] = child['crashed']
@@ -313,12 +309,6 @@ def text(report: dict[str, Any]) -> str:
         lines.append('  what the in-run monitor (compatshim.monitor.TransformMonitor) saw:')
         for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
             for line in check[key].get('monitor') or ['(nothing: the run failed before a loop ended)']:
-                lines.append(f'    {name}: {line.removeprefix("compatshim monitor, ")}')
+                lines.append(f'    {name}: {line}')
     lines.append(f'  result: {report["summary"]} (exit {report["exit_code"]})')
     return '\n'.join(lines)
-
-
-if __name__ == '__main__':  # python -m compatshim.doctor [options]: the same as compatshim doctor [options]
-    from compatshim._cli import main
-
-    sys.exit(main(['doctor', *sys.argv[1:]]))

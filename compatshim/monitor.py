@@ -28,116 +28,80 @@ At the end of each fit, eval and predict a summary: ``data/LABEL/NAME/total_call
 a trace ``data/LABEL/summary``, through the ``compatshim.monitor`` logger, and kept, with its figures, in
 :attr:`TransformMonitor.summaries`).
 
-On an accelerator, a ``device_transforms`` whose input was on the host, or that was never called, gives one
-:class:`~compatshim.errors.CompatShimWarning` per DataSpec naming it, the release and the fix; with ``strict=True`` the
-step raises :class:`~compatshim.errors.TransformPlacementError` instead. With the shim working, nothing is warned.
-Every rank logs its own figures; the monitor makes no collective call.
+On an accelerator, a ``device_transforms`` that will never be called, or whose input was on the host, gives one
+:class:`~compatshim.errors.CompatShimWarning` per DataSpec naming it, the release and the fix, as soon as that is
+known — before the first forward, which a dropped normalisation may crash: a dropped one when its loop starts
+(``fit``, each evaluator, ``predict``), one on the host right after its first call (after the dataloader). With
+``strict=True`` that event raises :class:`~compatshim.errors.TransformPlacementError` instead. With the shim working,
+nothing is warned. Every rank logs its own figures; the monitor makes no collective call.
 
 It never asks the device to finish per step and never reads tensor data (placement and bytes come from tensor
-metadata). Importing this module (and creating a monitor) arms the watch (:func:`compatshim.patches.watch.watch`), an
-observe-only wrapper of ``DataSpec.__init__`` that changes nothing Composer does: DataSpecs built from then on are
-known to the monitor, also where Composer drops an argument — so ``Trainer(train_dataloader=DataSpec(...),
-callbacks=[TransformMonitor()])`` works, though it builds the DataSpec first. :func:`unwatch` takes it off. This
-module imports Composer.
+metadata). It knows each DataSpec from the note taken when it was built (:mod:`compatshim._dataspecs`: by the shim,
+which knows where it put the transform, or by the watch). Importing this module (and creating a monitor) arms the watch
+(:func:`compatshim.patches.watch.watch`), an observe-only wrapper of ``DataSpec.__init__`` that changes nothing
+Composer does: DataSpecs built from then on are known to the monitor, also where Composer drops an argument — so
+``Trainer(train_dataloader=DataSpec(...), callbacks=[TransformMonitor()])`` works, though it builds the DataSpec first.
+:func:`unwatch` takes it off. This module imports Composer.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.metadata
+import functools
+import inspect
 import logging
 import statistics
 import warnings
-import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from composer.core import Callback, State
 from composer.loggers import Logger
 
-from compatshim import _dataspecs, _recorder, _settings
+from compatshim import _dataspecs, _patching, _recorder, _settings
+from compatshim._dataspecs import Fate, Note, Slot
 from compatshim._recorder import MoveCounter, Tap
 from compatshim._state import STATE
-from compatshim._support import AFFECTED, UNAFFECTED, family_of
+from compatshim._support import AFFECTED, UNAFFECTED, family_of, installed
 from compatshim.errors import CompatShimWarning, TransformPlacementError
-from compatshim.patches import watch as _watch
+from compatshim.patches.watch import unwatch as _unwatch_dataspecs
+from compatshim.patches.watch import watch
 
 __all__ = ['Summary', 'TransformMonitor', 'TransformSummary', 'attach_to_every_trainer', 'unwatch', 'watch']
 
 log = logging.getLogger(__name__)
 
-watch, unwatch, attach_to_every_trainer = _watch.watch, _watch.unwatch, _watch.attach_to_every_trainer
-
 #: Steps kept per label and transform for the medians of a summary (the totals count every step).
 KEEP_STEPS = 4096
 
 
-def _describe(spec: Any) -> str:
-    from compatshim.patches.data_spec import _describe as describe
-
-    return describe(spec)
-
-
-def _is_default(spec: Any, value: Any) -> bool:
-    """Composer's own no-op transforms are methods of the DataSpec itself."""
-    return getattr(value, '__self__', None) is spec
-
-
 @dataclasses.dataclass(eq=False)
 class _Target:
-    """One transform of one DataSpec: its tap (``None``: given, but nothing will ever call it) and its stage."""
+    """One transform of one watched DataSpec: its slot, and its tap (``None``: nothing will ever call it)."""
 
-    name: str
+    slot: Slot
     tap: Optional[Tap]
-    stage: str
 
 
 class _Watched:
-    """The taps the monitor put on one DataSpec, and how to take them off."""
+    """A DataSpec this monitor watches: its note, the taps it put in every slot, and how to take them off."""
 
-    def __init__(self, spec: Any, given: frozenset[str], clock: Any) -> None:
-        from compatshim._transforms import BatchHook, MicrobatchHook
+    def __init__(self, spec: Any, note: Note, clock: Any) -> None:
+        self.spec, self.spec_name = spec, note.spec_name
+        self.targets: list[_Target] = []
+        self._swaps: list[_patching.Swap] = []
+        for slot in note.slots.values():
+            tap, swaps = _dataspecs.tap(slot, lambda transform: Tap(transform, clock))
+            self.targets.append(_Target(slot, tap))
+            self._swaps += swaps
 
-        self.spec, self.owner, self.targets = spec, _describe(spec), []
-        self._swapped: list[tuple[Any, str, Any, Tap]] = []
-        attrs = {name: vars(spec).get(name) for name in _dataspecs.TRANSFORM_NAMES}
-        hook = next(
-            (h for h in (attrs['batch_transforms'], attrs['device_transforms']) if isinstance(h, BatchHook)), None
-        )
-        micro = attrs['microbatch_transforms'] if isinstance(attrs['microbatch_transforms'], MicrobatchHook) else None
-        for name in _dataspecs.TRANSFORM_NAMES:
-            if name not in given:
-                continue
-            if name == 'device_transforms':
-                if hook is not None:  # the shim's: tap the user's transform inside its hooks (one tap for both)
-                    tap = self._swap(hook, 'transform', Tap(hook.transform, clock))
-                    if micro is not None:
-                        self._swap(micro, 'transform', tap)
-                    stage = hook.stage or STATE.stage or 'shim disabled'
-                    self.targets.append(_Target(name, tap, stage))
-                elif callable(attrs[name]) and not _is_default(spec, attrs[name]):  # 0.24.x, or 0.25–0.26 unpatched
-                    self.targets.append(_Target(name, self._swap(spec, name, Tap(attrs[name], clock)), 'batch'))
-                else:  # 0.27–0.28 without the shim: assigned, then overwritten
-                    self.targets.append(_Target(name, None, 'dropped by Composer'))
-                continue
-            holder, attr = (spec, name)
-            if name == 'batch_transforms' and hook is not None and hook.native is not None:
-                holder, attr = hook, 'native'
-            elif name == 'microbatch_transforms' and micro is not None:
-                holder, attr = micro, 'native'
-            stage = 'microbatch' if name == 'microbatch_transforms' else 'batch'
-            self.targets.append(_Target(name, self._swap(holder, attr, Tap(getattr(holder, attr), clock)), stage))
-
-    def _swap(self, holder: Any, attr: str, tap: Tap) -> Tap:
-        self._swapped.append((holder, attr, getattr(holder, attr), tap))
-        setattr(holder, attr, tap)
-        return tap
+    def device_transforms(self) -> Optional[_Target]:
+        return next((t for t in self.targets if t.slot.name == 'device_transforms'), None)
 
     def remove(self) -> None:
-        for holder, attr, original, tap in reversed(self._swapped):
-            if getattr(holder, attr, None) is tap:
-                setattr(holder, attr, original)
-        self._swapped.clear()
+        for done in reversed(self._swaps):
+            done.undo()
+        self._swaps.clear()
 
 
 def _recent() -> collections.deque[Any]:
@@ -146,9 +110,9 @@ def _recent() -> collections.deque[Any]:
 
 @dataclasses.dataclass
 class _Series:
-    """One transform of one loop: its per-step calls and times, and every call's placement."""
+    """One transform of one loop: its slot, its per-step calls and times, and every call's placement."""
 
-    stage: str
+    slot: Slot
     calls: collections.deque[int] = dataclasses.field(default_factory=_recent)
     ms: collections.deque[float] = dataclasses.field(default_factory=_recent)
     places: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -169,8 +133,8 @@ class TransformMonitor(Callback):
 
     Args:
         log_interval: Log the per-step metrics every this many steps of a label (the summaries count every step).
-        strict: Raise :class:`~compatshim.errors.TransformPlacementError` at the first step whose
-            ``device_transforms`` ran on the host or was never called on an accelerator, instead of warning.
+        strict: Raise :class:`~compatshim.errors.TransformPlacementError`, on an accelerator, as soon as a
+            ``device_transforms`` is known to be dropped or to run on the host, instead of warning.
 
     Create it before building your DataSpecs (or enable the shim first): it knows the DataSpecs built since then.
     ``compatshim run --monitor`` attaches one to every Trainer of the run, with nothing to edit.
@@ -184,10 +148,7 @@ class TransformMonitor(Callback):
         super().__init__()
         self.log_interval, self.strict = log_interval, strict
         watch()
-        try:
-            self.composer: Optional[str] = importlib.metadata.version('mosaicml')
-        except importlib.metadata.PackageNotFoundError:
-            self.composer = None
+        self.composer = installed('mosaicml')
         #: One summary per fit, eval and predict, in order (``summary.line``: as logged).
         self.summaries: list[Summary] = []
         self._counter = MoveCounter()
@@ -195,6 +156,8 @@ class TransformMonitor(Callback):
         self._accelerator = False
         self._watched: dict[int, _Watched] = {}
         self._open: Optional[tuple[str, Optional[_Watched]]] = None
+        #: The open window's device_transforms tap, while its placement is still to be checked this early.
+        self._early: Optional[tuple[_Watched, Tap]] = None
         self._loops: dict[str, _Loop] = {}
         #: Steps per label over every run this monitor's state has seen (a checkpoint's included): ``state_dict``.
         self._steps_in_all: dict[str, int] = {}
@@ -212,8 +175,17 @@ class TransformMonitor(Callback):
         self._clock = _recorder.clock_for({'gpu': 'cuda', 'mps': 'mps'}.get(name, 'cpu'))
         self._counter.install(device)
 
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._watch(state, 'train')  # a dropped transform is known now, before the first batch
+
     def before_dataloader(self, state: State, logger: Logger) -> None:
         self._begin(state, 'train')
+
+    def after_dataloader(self, state: State, logger: Logger) -> None:
+        self._check_early('train')
+
+    def before_forward(self, state: State, logger: Logger) -> None:
+        self._check_early('train')
 
     def batch_end(self, state: State, logger: Logger) -> None:
         self._end(state, logger, int(state.timestamp.batch))
@@ -224,23 +196,32 @@ class TransformMonitor(Callback):
     def eval_start(self, state: State, logger: Logger) -> None:
         self._begin(state, state.dataloader_label or 'eval')
 
+    def eval_batch_start(self, state: State, logger: Logger) -> None:
+        self._check_early(state.dataloader_label or 'eval')
+
+    def eval_before_forward(self, state: State, logger: Logger) -> None:
+        self._check_early(state.dataloader_label or 'eval')
+
     def eval_batch_end(self, state: State, logger: Logger) -> None:
         self._end(state, logger, int(state.eval_timestamp.batch))
         self._begin(state, state.dataloader_label or 'eval')  # the next batch is transformed before its start event
 
     def eval_end(self, state: State, logger: Logger) -> None:
-        self._open = None
+        self._open = self._early = None
         self._summarize(state.dataloader_label or 'eval', logger)
 
     def predict_start(self, state: State, logger: Logger) -> None:
         self._begin(state, 'predict')
+
+    def predict_batch_start(self, state: State, logger: Logger) -> None:
+        self._check_early('predict')
 
     def predict_batch_end(self, state: State, logger: Logger) -> None:
         self._end(state, logger, int(state.predict_timestamp.batch))
         self._begin(state, 'predict')
 
     def predict_end(self, state: State, logger: Logger) -> None:
-        self._open = None
+        self._open = self._early = None
         self._summarize('predict', logger)
 
     def close(self, state: State, logger: Logger) -> None:
@@ -256,71 +237,101 @@ class TransformMonitor(Callback):
         for label, steps in state.get('steps_in_all', {}).items():
             self._steps_in_all[label] = self._steps_in_all.get(label, 0) + int(steps)
 
-    # --- windows ------------------------------------------------------------------------------------------------------
+    # --- which DataSpec, and its taps ---------------------------------------------------------------------------------
 
-    def _spec(self, state: State, label: str) -> Optional[_Watched]:
+    def _find(self, state: State, label: str) -> Optional[tuple[Any, Note]]:
+        """The running dataloader's DataSpec and its note: noted when it was built, or, for an evaluator built before
+        any watch, what it visibly holds."""
         loader = state.dataloader
         found = _dataspecs.find(loader)
-        if found is None and label not in ('train', 'predict'):
-            specs = [e.dataloader for e in getattr(state, 'evaluators', []) or [] if e.label == label]
-            if specs and getattr(specs[0], 'dataloader', None) is loader:  # built before the monitor: what it holds
-                spec, held = specs[0], vars(specs[0])
-                given = (
-                    n for n in _dataspecs.TRANSFORM_NAMES if callable(held.get(n)) and not _is_default(spec, held[n])
-                )
-                found = (spec, _dataspecs.Note(weakref.ref(spec), frozenset(given)))
+        if found is not None or label in ('train', 'predict'):
+            return found
+        specs = [e.dataloader for e in getattr(state, 'evaluators', []) or [] if e.label == label]
+        if not specs or getattr(specs[0], 'dataloader', None) is not loader:
+            return None
+        spec = specs[0]
+        return spec, Note(lambda: spec, _dataspecs.spec_name(spec), {s.name: s for s in _dataspecs.held_slots(spec)})
+
+    def _watch(self, state: State, label: str) -> Optional[_Watched]:
+        """The running DataSpec, tapped (once per DataSpec): what it is known to do is said then."""
+        found = self._find(state, label)
         if found is None:
-            if label not in self._blind:
-                self._blind.add(label)
-                message = (
-                    f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec "
-                    'was built before the monitor was created and while the shim was off. Create the TransformMonitor '
-                    '(or call compatshim.enable()) before building DataSpecs, or start the run with compatshim run '
-                    '--monitor.'
-                )
-                if self.strict:
-                    raise TransformPlacementError(message + ' (strict: a transform it cannot see is not verified)')
-                warnings.warn(message + ' Only the bytes moved are reported for it.', CompatShimWarning, stacklevel=2)
+            self._cannot_see(label)
             return None
         spec, note = found
         watched = self._watched.get(id(spec))
         if watched is None or watched.spec is not spec:
-            watched = self._watched[id(spec)] = _Watched(spec, note.given, self._clock)
+            watched = self._watched[id(spec)] = _Watched(spec, note, self._clock)
+            target = watched.device_transforms()
+            if target is not None and target.slot.fate is Fate.DROPPED:
+                self._complain(watched, 'never called', label)
         return watched
 
+    def _cannot_see(self, label: str) -> None:
+        if label in self._blind:
+            return
+        self._blind.add(label)
+        message = (
+            f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec was "
+            'built before the monitor was created and while the shim was off. Create the TransformMonitor (or call '
+            'compatshim.enable()) before building DataSpecs, or start the run with compatshim run --monitor.'
+        )
+        if self.strict:
+            raise TransformPlacementError(message + ' (strict: a transform it cannot see is not verified)')
+        warnings.warn(message + ' Only the bytes moved are reported for it.', CompatShimWarning, stacklevel=3)
+
+    # --- windows ------------------------------------------------------------------------------------------------------
+
     def _begin(self, state: State, label: str) -> None:
-        watched = self._spec(state, label)
+        watched = self._watch(state, label)
         self._window += 1
         for target in [] if watched is None else watched.targets:
             if target.tap is not None:
                 target.tap.take(self._window)
         self._counter.take()
-        self._open = (label, watched)
+        self._open, self._early = (label, watched), None
+        if watched is None or not self._accelerator or id(watched.spec) in self._warned:
+            return
+        device_transforms = watched.device_transforms()
+        if device_transforms is not None and device_transforms.tap is not None:
+            self._early = (watched, device_transforms.tap)
+
+    def _check_early(self, label: str) -> None:
+        """Right after the batch-level transforms ran (and before each forward): a device_transforms that saw its
+        batch on the host is said now, before the model gets it."""
+        if self._early is None:
+            return
+        watched, tap = self._early
+        places = tap.window.places
+        if places['host'] or places['mixed']:
+            self._early = None
+            self._complain(watched, 'host' if places['host'] else 'mixed', label)
 
     def _end(self, state: State, logger: Logger, step: int) -> None:
         if self._open is None:
             return
         label, watched = self._open
-        self._open = None
+        self._open = self._early = None
         loop = self._loops.setdefault(label, _Loop())
         metrics: dict[str, float] = {}
         problem: Optional[str] = None
         for target in [] if watched is None else watched.targets:
+            name = target.slot.name
             window = target.tap.take(0) if target.tap is not None else _recorder.Window()
-            one = loop.transforms.setdefault(target.name, _Series(target.stage))
+            one = loop.transforms.setdefault(name, _Series(target.slot))
             one.calls.append(window.calls)
             one.places.update(window.places)
-            key = f'data/{label}/{target.name}'
+            key = f'data/{label}/{name}'
             metrics[f'{key}/calls'] = window.calls
             if window.calls:
                 metrics[f'{key}/on_device'] = window.places['device'] / window.calls
             if window.timed_later:
-                self._late[window.id] = (label, target.name, step)
+                self._late[window.id] = (label, name, step)
             else:
                 one.ms.append(window.seconds * 1e3)
                 if window.calls:
                     metrics[f'{key}/time_ms'] = window.seconds * 1e3
-            if target.name == 'device_transforms' and self._accelerator and window.where != 'device':
+            if name == 'device_transforms' and self._accelerator and window.where != 'device':
                 problem = window.where
         moved = self._counter.take()
         total = sum(moved.values())
@@ -351,16 +362,16 @@ class TransformMonitor(Callback):
         if id(watched.spec) in self._warned and not self.strict:
             return
         self._warned.add(id(watched.spec))
-        what = 'was never called' if where == 'never called' else f'saw its batch on the {where}'
+        what = 'is never called' if where == 'never called' else f'saw its batch on the {where}'
         message = (
-            f"compatshim: {watched.owner}'s device_transforms {what} in '{label}' (Composer {self.composer}), "
-            f'not on the device. {self._fix(watched)}'
+            f"compatshim: {watched.spec_name}'s device_transforms {what} in '{label}' (Composer {self.composer}), "
+            f'not on the device. {self._fix()}'
         )
         if self.strict:
             raise TransformPlacementError(message)
-        warnings.warn(message, CompatShimWarning, stacklevel=2)
+        warnings.warn(message, CompatShimWarning, stacklevel=3)
 
-    def _fix(self, watched: _Watched) -> str:
+    def _fix(self) -> str:
         version = self.composer or ''
         if version in AFFECTED:
             if _settings.kill_switch_on():
@@ -389,12 +400,14 @@ class TransformMonitor(Callback):
         transforms = {}
         for name, one in loop.transforms.items():
             calls = sum(one.calls)
+            stage = one.slot.stage or (STATE.stage if one.slot.fate is Fate.PLACED else None)
             transforms[name] = TransformSummary(
                 where=_recorder.summarize_places(one.places),
                 calls=calls,
                 calls_per_step=statistics.median(one.calls),
                 ms_per_step=statistics.median(one.ms) if one.ms and calls else None,
-                stage=one.stage,
+                stage=stage,
+                fate=one.slot.fate,
             )
         steps = loop.steps
         summary = Summary(
@@ -430,14 +443,20 @@ class TransformSummary:
     calls_per_step: float
     #: The median time per step (``None``: never called, or not timed).
     ms_per_step: Optional[float]
-    stage: str
+    #: ``batch`` or ``microbatch`` (``None``: the shim's, while the shim is off; or nothing runs it).
+    stage: Optional[str]
+    #: What became of it (:class:`compatshim._dataspecs.Fate`): called by Composer, before the move, dropped, placed by
+    #: the shim.
+    fate: Fate = Fate.CALLED
 
     def text(self, name: str) -> str:
+        stage = f'stage {self.stage}' if self.stage else 'the shim is off' if self.fate is Fate.PLACED else ''
         if not self.calls:
-            return f'{name} {self.where} (stage {self.stage})'
+            how = self.fate.value + (f', {stage}' if stage and self.fate is not Fate.DROPPED else '')
+            return f'{name} never called ({how})'
         per_step = f'{self.calls_per_step:g} call{"" if self.calls_per_step == 1 else "s"}/step'
         time = '' if self.ms_per_step is None else f', {self.ms_per_step:.3g} ms/step'
-        return f'{name} on the {self.where}, {per_step}{time} (stage {self.stage})'
+        return f'{name} on the {self.where}, {per_step}{time}' + (f' ({stage})' if stage else '')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,15 +474,71 @@ class Summary:
     bytes_by_dtype: dict[str, int]
 
     @property
-    def line(self) -> str:
-        """The summary in one line of text."""
+    def text(self) -> str:
+        """The summary in words: which loop, where each transform ran, what crossed to the device."""
         parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transforms given'
         dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
         more = f' ({self.steps_in_all} in all, checkpoints included)' if self.steps_in_all != self.steps else ''
         return (
-            f"compatshim monitor, '{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
+            f"'{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
             f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}) over {self.steps} steps{more}'
         )
+
+    @property
+    def line(self) -> str:
+        """The summary in one line of text, as logged."""
+        return f'compatshim monitor, {self.text}'
+
+
+# --- every Trainer of the run, with nothing to edit (compatshim run --monitor, COMPATSHIM_MONITOR) --------------------
+
+#: The monitor's own patch set: ``Trainer.__init__``, while attaching.
+ATTACHING = _patching.PatchSet('compatshim.monitor.unwatch()')
+#: The arguments of the monitor ``Trainer.__init__`` adds, while attaching.
+_ATTACH: dict[str, Any] = {}
+
+
+def _make_trainer_init(original: Callable[..., None], record: _patching.Patch) -> Callable[..., None]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not record.active:
+            record.original(self, *args, **kwargs)
+            return
+        try:
+            bound = signature.bind_partial(self, *args, **kwargs)
+        except TypeError:  # let Composer report its own argument error
+            record.original(self, *args, **kwargs)
+            return
+        callbacks = bound.arguments.get('callbacks')
+        listed = [] if callbacks is None else [callbacks] if not isinstance(callbacks, (list, tuple)) else callbacks
+        if not any(isinstance(cb, TransformMonitor) for cb in listed):
+            bound.arguments['callbacks'] = [*listed, TransformMonitor(**_ATTACH)]
+        record.original(*bound.args, **bound.kwargs)
+
+    return __init__
+
+
+def attach_to_every_trainer(**monitor_kwargs: Any) -> None:
+    """Watch, and give every ``Trainer`` built from now on a ``TransformMonitor(**monitor_kwargs)`` (unless its
+    callbacks already hold one). Idempotent; a second call changes the monitor's arguments."""
+    from composer.trainer.trainer import Trainer
+
+    watch()
+    with STATE.lock:
+        _ATTACH.clear()
+        _ATTACH.update(monitor_kwargs)
+        if (Trainer, '__init__') not in ATTACHING:
+            ATTACHING.patch(Trainer, '__init__', _make_trainer_init)
+
+
+def unwatch() -> None:
+    """Undo :func:`watch` and :func:`attach_to_every_trainer` (DataSpecs already noted stay noted)."""
+    with STATE.lock:
+        _ATTACH.clear()
+        ATTACHING.restore_all()
+        _unwatch_dataspecs()
 
 
 watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it (see the docstring)

@@ -34,6 +34,7 @@ _ENABLED_BY_SESSION = pytest.StashKey[bool]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     from compatshim._stages import STAGES
+    from compatshim._support import DEVICES
 
     group = parser.getgroup('compatshim', 'compatshim: device_transforms on the device (Composer 0.25+)')
     group.addoption(
@@ -48,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         '--compatshim-device',
-        choices=('cpu', 'cuda', 'mps'),
+        choices=DEVICES,
         default='cpu',
         help='the device the compatshim_device fixture gives (default cpu: the fake accelerator)',
     )

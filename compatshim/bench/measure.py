@@ -6,7 +6,8 @@ timed; ``recipe`` (uint8 images) shows what crosses to the device. Placement, co
 untimed steps per leg on an *observable* device (the CPU fake accelerator on cpu, the real device on cuda/mps). Then
 the augment legs are timed in rounds, after one warm-up round: a window is one ``fit(duration='1ep')``; the two legs
 of each gated ratio run back to back, A B B A, in every round (:func:`_schedule`); windows are timed in this process's
-CPU time on cpu and in wall-clock time, the device synchronised at their edges, on cuda/mps (:func:`_clock`). After
+CPU time on cpu and in wall-clock time, the device synchronised at their edges, on cuda/mps
+(:mod:`~compatshim.bench.timing`). After
 the windows of a round, every overhead probe (:mod:`~compatshim.bench.overhead`: the shim's hook path, the monitor's)
 takes :data:`PROBE_SAMPLES` samples on the same clock, so that what each costs is set against the step of the same
 round. The result keeps the raw numbers; each metric's kind reads its samples from them.
@@ -27,9 +28,8 @@ from typing import Any, Callable, Optional, TextIO
 import torch
 
 import compatshim
-from compatshim._api import _installed
-from compatshim._support import DEVICES, TESTED_RELEASES, UNAFFECTED_FAMILY, Family, family_of
-from compatshim.bench import overhead
+from compatshim._support import DEVICES, TESTED_RELEASES, UNAFFECTED_FAMILY, Family, family_of, installed
+from compatshim.bench import overhead, timing
 from compatshim.bench.metrics import METRICS, PROBES
 from compatshim.bench.results import BenchResult, LegResult, Overheads, Recipe, now
 from compatshim.bench.workload import SIZES, VERSION, WORKLOADS, Size, Workload
@@ -44,14 +44,20 @@ PAIRS = [m.source for m in METRICS if m.paired]
 
 @dataclasses.dataclass(frozen=True)
 class LegPlan:
-    """How one leg passes the transform: ``dataspec(fn)`` gives the ``DataSpec`` keywords; ``shim``: enabled."""
+    """How one leg passes the transform: as the DataSpec argument ``argument`` (with ``stage`` as its
+    ``data_transfer_stage``, where the shim patches); ``shim``: enabled."""
 
     name: str
     description: str
     available: bool
     reason: str = ''
     shim: bool = False
-    dataspec: Callable[[Any], dict[str, Any]] = dataclasses.field(default=lambda fn: {}, repr=False)
+    argument: str = 'device_transforms'
+    stage: Optional[str] = None
+
+    def dataspec(self, fn: Any) -> dict[str, Any]:
+        """The leg's ``DataSpec`` keywords for the transform ``fn``."""
+        return {self.argument: fn, **({'data_transfer_stage': self.stage} if self.stage else {})}
 
 
 def plan(composer_version: str) -> list[LegPlan]:
@@ -60,23 +66,20 @@ def plan(composer_version: str) -> list[LegPlan]:
     affected = family is not None
     native = family in (Family.DROPPED, Family.REJECTED)  # 0.27+: microbatch_transforms exists
     if native:  # plain device_transforms is dropped or rejected here: the unpatched leg is the workaround
-        unpatched = LegPlan('unpatched', 'batch_transforms=fn, the workaround without the shim (host)', True)
-        unpatched = dataclasses.replace(unpatched, dataspec=lambda fn: {'batch_transforms': fn})
+        unpatched = LegPlan(
+            'unpatched',
+            'batch_transforms=fn, the workaround without the shim (host)',
+            True,
+            argument='batch_transforms',
+        )
     else:
-        where = 'host' if affected else 'device'
-        unpatched = LegPlan('unpatched', f'device_transforms=fn, no shim ({where})', True)
-        unpatched = dataclasses.replace(unpatched, dataspec=lambda fn: {'device_transforms': fn})
+        unpatched = LegPlan('unpatched', f'device_transforms=fn, no shim ({"host" if affected else "device"})', True)
 
     def shim_leg(stage: str) -> LegPlan:
-        extra = {'data_transfer_stage': stage} if affected else {}
         reason = '' if affected or stage == 'batch' else 'unaffected release: the shim patches nothing, no stage'
+        description = f'device_transforms=fn, enable(stage="{stage}")'
         return LegPlan(
-            f'shim-{stage}',
-            f'device_transforms=fn, enable(stage="{stage}")',
-            affected or stage == 'batch',
-            reason,
-            shim=True,
-            dataspec=lambda fn: {'device_transforms': fn, **extra},
+            f'shim-{stage}', description, affected or stage == 'batch', reason, True, stage=stage if affected else None
         )
 
     return [
@@ -88,19 +91,19 @@ def plan(composer_version: str) -> list[LegPlan]:
             'microbatch_transforms=fn, no shim (0.27+)',
             native,
             '' if native else 'microbatch_transforms exists from Composer 0.27.0',
-            dataspec=lambda fn: {'microbatch_transforms': fn},
+            argument='microbatch_transforms',
         ),
     ]
 
 
-def env_name(device: str) -> str:
+def env_name(device_kind: str) -> str:
     """The matrix env this process is: the support-table row of the installed Composer/torch/Python, plus the device."""
-    composer, torch_version = _installed('mosaicml') or '?', torch.__version__.split('+')[0]
+    composer, torch_version = installed('mosaicml') or '?', torch.__version__.split('+')[0]
     python = f'{sys.version_info.major}.{sys.version_info.minor}'
     for row in TESTED_RELEASES:
         if (row.composer, row.torch, row.python) == (composer, torch_version, python):
-            return row.on(device)
-    return f'composer{composer}-torch{torch_version}-{device}'
+            return row.on(device_kind)
+    return f'composer{composer}-torch{torch_version}-{device_kind}'
 
 
 def _cpu_model() -> str:
@@ -114,36 +117,26 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def fingerprint(device: str, size_name: str, size: Size) -> dict[str, Any]:
+def fingerprint(device_kind: str, size_name: str, size: Size) -> dict[str, Any]:
     """The machine and software a result was measured on: reported (a CPU model string is no identity: machines that
     share one differ by 1.7x), except the size and workload version, which must match for two results to compare."""
-    gpu = (
-        torch.cuda.get_device_name()
-        if device == 'cuda'
-        else f'Apple MPS ({platform.machine()})'
-        if device == 'mps'
-        else None
-    )
+    gpu = {
+        'cuda': lambda: torch.cuda.get_device_name(),
+        'mps': lambda: f'Apple MPS ({platform.machine()})',
+    }.get(device_kind, lambda: None)()
     return {
         'cpu_model': _cpu_model(),
         'cpu_count': os.cpu_count(),
         'torch_threads': torch.get_num_threads(),
         'gpu': gpu,
-        'device': device,
+        'device': device_kind,
         'python': platform.python_version(),
         'torch': torch.__version__,
-        'composer': _installed('mosaicml'),
+        'composer': installed('mosaicml'),
         'compatshim': compatshim.__version__,
         'size': {'name': size_name, **dataclasses.asdict(size)},
         'workload_version': VERSION,
     }
-
-
-def _composer_device(device: str) -> Any:
-    """Composer's own Device for ``device`` (plain ``DeviceCPU`` on cpu: what the timed legs run on)."""
-    from composer.devices import DeviceCPU, DeviceGPU, DeviceMPS
-
-    return {'cpu': DeviceCPU, 'cuda': DeviceGPU, 'mps': DeviceMPS}[device]()
 
 
 def _pin_allocator() -> str:
@@ -166,24 +159,17 @@ def _pin_allocator() -> str:
     return 'default'
 
 
-def _synchronize(device: str) -> None:
-    if device == 'cuda':
-        torch.cuda.synchronize()
-    elif device == 'mps':
-        torch.mps.synchronize()
-
-
 class _Planted:
     """The transform, made ``fraction`` slower: after each call it spins for that share of the call's time, on the
     clock the windows are timed with (a planted regression)."""
 
-    def __init__(self, fn: Any, fraction: float, device: str) -> None:
-        self.fn, self.fraction, self.device, self.clock = fn, fraction, device, _clock(device)
+    def __init__(self, fn: Any, fraction: float, device_kind: str) -> None:
+        self.fn, self.fraction, self.device_kind, self.clock = fn, fraction, device_kind, timing.clock(device_kind)
 
     def __call__(self, batch: Any) -> Any:
         start = self.clock()
         out = self.fn(batch)
-        _synchronize(self.device)
+        timing.synchronize(self.device_kind)
         end = self.clock() + self.fraction * (self.clock() - start)
         while self.clock() < end:
             pass
@@ -191,20 +177,19 @@ class _Planted:
 
 
 def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload, monitor: Any = None) -> Any:
-    """A Trainer for ``leg``, built with the shim in the leg's state (DataSpecs convert when they are built), with
-    ``monitor`` among its callbacks."""
+    """A Trainer for ``leg`` on the Composer ``device``, built with the shim in the leg's state (DataSpecs convert when
+    they are built), with ``monitor`` among its callbacks."""
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
     (compatshim.enable if leg.shim else compatshim.disable)()
-    callbacks = [] if monitor is None else [monitor]
     model = workload.model()
     return Trainer(
         model=model,
         train_dataloader=DataSpec(workload.loader(size), **leg.dataspec(fn)),
         optimizers=DecoupledSGDW(model.parameters(), lr=0.01),
-        callbacks=callbacks,
+        callbacks=[] if monitor is None else [monitor],
         device=device,
         device_train_microbatch_size=size.microbatch,
         precision='fp32',
@@ -214,39 +199,33 @@ def _trainer(leg: LegPlan, device: Any, size: Size, fn: Any, workload: Workload,
     )
 
 
-def _counting_device(device: str) -> tuple[Any, dict[str, int]]:
-    """An observable device that counts the bytes, per dtype, of the host tensors it moves (the recorder's
-    :class:`~compatshim._recorder.MoveCounter`, as the in-run monitor counts them)."""
-    from compatshim._recorder import MoveCounter
-    from compatshim.testing import observable_device
-
-    dev = observable_device(device)
-    return dev, MoveCounter().install(dev).bytes
-
-
-def _check(leg: LegPlan, device: str, size: Size, workload: Workload) -> LegResult:
-    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device, and
-    what the in-run monitor said of them (its summary line: where each transform ran and its time per step)."""
+def _check(leg: LegPlan, device_kind: str, size: Size, workload: Workload) -> LegResult:
+    """Placement, coherence, calls and host→device bytes per step, from 2 untimed steps on an observable device: what
+    the in-run monitor saw of them (its summary)."""
     from compatshim.monitor import TransformMonitor
-    from compatshim.testing import PlacementProbe  # imports Composer: only when measuring
+    from compatshim.testing import observable_device  # imports Composer: only when measuring
 
     if not leg.available:
         return LegResult(leg.description, available=False, reason=leg.reason)
-    dev, moved = _counting_device(device)
-    probe, monitor = PlacementProbe(workload.transform(size)), TransformMonitor()
-    trainer = _trainer(leg, dev, size, probe, workload, monitor)
+    monitor = TransformMonitor()
+    trainer = _trainer(leg, observable_device(device_kind), size, workload.transform(size), workload, monitor)
     try:
         trainer.fit(duration='2ba')
     finally:
         compatshim.disable()
         trainer.close()
-    calls, seen = len(probe.seen) / 2, sorted(set(probe.seen))
-    placement = 'never called' if not seen else seen[0] if len(seen) == 1 else 'mixed'
+    summary = monitor.summaries[-1]
+    seen = summary.transforms[leg.argument]
+    calls = seen.calls_per_step
     coherence = 'coherent' if calls == 1 else f'per microbatch ({calls:g} calls/step)' if calls else 'never called'
-    per_dtype = {name: n // 2 for name, n in sorted(moved.items(), key=lambda kv: -kv[1]) if n}
-    said = monitor.summaries[-1].line.removeprefix('compatshim monitor, ') if monitor.summaries else ''
     return LegResult(
-        leg.description, True, '', placement, coherence, calls, sum(per_dtype.values()), per_dtype, monitor=said
+        leg.description,
+        placement=seen.where,
+        coherence=coherence,
+        calls_per_step=calls,
+        h2d_bytes_per_step=int(summary.bytes_per_step),
+        h2d_bytes_by_dtype=summary.bytes_by_dtype,
+        monitor=summary.text,
     )
 
 
@@ -255,15 +234,17 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 160 else line[:157] + '...'
 
 
-def _plain(device: str, size: Size, workload: Workload) -> dict[str, str]:
-    """What plain ``DataSpec(device_transforms=fn)`` does on this release without the shim, in words (2 steps)."""
-    from compatshim.testing import PlacementProbe
+def _plain(device_kind: str, size: Size, workload: Workload) -> dict[str, str]:
+    """What plain ``DataSpec(device_transforms=fn)`` does on this release without the shim, in words (2 steps; no
+    monitor: where the run dies is the finding)."""
+    from compatshim._recorder import MoveCounter, Tap, summarize_places
+    from compatshim.testing import observable_device
 
-    dev, moved = _counting_device(device)
-    probe = PlacementProbe(workload.transform(size))
-    leg = LegPlan('plain', 'device_transforms=fn, no shim', True, dataspec=lambda fn: {'device_transforms': fn})
+    device = observable_device(device_kind)
+    counter, tap = MoveCounter().install(device), Tap(workload.transform(size))
+    leg = LegPlan('plain', 'device_transforms=fn, no shim', True)
     try:
-        trainer = _trainer(leg, dev, size, probe, workload)
+        trainer = _trainer(leg, device, size, tap, workload)
     except TypeError as exc:
         return {
             'outcome': 'rejected',
@@ -272,28 +253,23 @@ def _plain(device: str, size: Size, workload: Workload) -> dict[str, str]:
     try:
         trainer.fit(duration='2ba')
     except Exception as exc:  # noqa: BLE001 (whatever the user's run dies of is the finding)
-        main = max(moved, key=lambda name: moved[name]) if moved else 'nothing'
-        ran = 'the transform ran' if probe.seen else 'the transform never ran'
-        words = f'silently dropped: {ran}, the model got the raw {main} batch and training fails'
+        moved = counter.take()
+        ran = 'the transform ran' if tap.window.calls else 'the transform never ran'
+        words = (
+            f'silently dropped: {ran}, the model got the raw {next(iter(moved), "nothing")} batch and training fails'
+        )
         return {'outcome': 'fails', 'words': f'{words} ({type(exc).__name__}: {_first_line(exc)})'}
     finally:
         trainer.close()
-    main, per_step = max(moved, key=lambda name: moved[name]), sum(moved.values()) // 2
-    if sorted(set(probe.seen)) == ['device']:
+    moved = counter.take()
+    main, per_step = next(iter(moved)), sum(moved.values()) // 2
+    if summarize_places(tap.window.places) == 'device':
         return {
             'outcome': 'device',
             'words': f'runs on the device, after the move: {main} images cross ({per_step} bytes/step)',
         }
     words = f'runs on the host, before the move: the transformed {main} images cross ({per_step} bytes/step)'
     return {'outcome': 'host', 'words': words}
-
-
-def _clock(device: str) -> Callable[[], float]:
-    """What a window is timed with. On cpu the CPU time of this process: the legs run on the host, one torch thread,
-    so that is their whole cost, and time the machine gives to other processes does not count (wall-clock windows
-    on the shared 2-core machine moved a same-work ratio by 14% under load). On cuda/mps the wall clock, the device
-    synchronised at the window's edges."""
-    return time.process_time if device == 'cpu' else time.perf_counter
 
 
 def _schedule(names: list[str], round_: int) -> list[str]:
@@ -311,7 +287,7 @@ def _time(
     legs: list[LegPlan],
     trainers: dict[str, Any],
     probes: list[overhead.Probe],
-    device: str,
+    device_kind: str,
     rounds: int,
     say: Callable[[str], None],
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, Overheads]]:
@@ -320,11 +296,7 @@ def _time(
     windows: dict[str, list[float]] = {leg.name: [] for leg in legs}
     per_round: dict[str, list[float]] = {leg.name: [] for leg in legs}
     sampled = {probe.name: Overheads(probe.calls) for probe in probes}
-    clock = _clock(device)
-
-    def sync() -> None:
-        _synchronize(device)
-
+    clock = timing.clock(device_kind)
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, i.e. Composer's own objects. What exists now (Composer, torch, the
     # trainers) lives to the end: frozen out of the collector, the collection before each window takes a millisecond
@@ -339,17 +311,17 @@ def _time(
                 gc.collect()
                 gc.disable()  # as timeit does: no collector pauses inside a window
                 try:
-                    sync()
+                    timing.synchronize(device_kind)
                     start = clock()
                     trainers[name].fit(duration='1ep')
-                    sync()
+                    timing.synchronize(device_kind)
                     elapsed = clock() - start
                 finally:
                     gc.enable()
                 spent[name].append(elapsed)
             for _ in range(PROBE_SAMPLES):
                 for probe in probes:
-                    path_s, direct_s = probe.sample(sync, clock)
+                    path_s, direct_s = probe.sample()
                     if round_:
                         found = sampled[probe.name]
                         found.path_s.append(path_s)
@@ -370,15 +342,14 @@ def _time(
     return windows, per_round, sampled
 
 
-def _probes(device: str, affected: bool) -> list[overhead.Probe]:
+def _probes(device_kind: str, affected: bool) -> list[overhead.Probe]:
     """The overhead probes of this release (no hook probe where the shim patches nothing): the hook probes built with
     the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are."""
-    names = [name for name in PROBES if affected or not name.startswith('hook')]
     probes = []
     try:
-        for name in names:
+        for name in (name for name in PROBES if affected or not name.startswith('hook')):
             (compatshim.enable if name.startswith('hook') else compatshim.disable)()
-            probes.append(overhead.make_probe(name, lambda: _composer_device(device)))
+            probes.append(overhead.make_probe(name, device_kind))
     except BaseException:
         for probe in probes:
             probe.close()
@@ -389,17 +360,17 @@ def _probes(device: str, affected: bool) -> list[overhead.Probe]:
 
 
 def measure(
-    device: str = 'cpu',
+    device_kind: str = 'cpu',
     size_name: str = 'cpu',
     *,
     plant_slowdown: float = 0.0,
     plant_hook_us: float = 0.0,
     progress: Optional[TextIO] = None,
 ) -> BenchResult:
-    """Measure every leg of this release (README, "Benchmarks").
+    """Measure every leg of this release (the reference harness, docs/harness.md).
 
     Args:
-        device: ``cpu``, ``cuda`` or ``mps``.
+        device_kind: ``cpu``, ``cuda`` or ``mps``.
         size_name: A key of :data:`~compatshim.bench.workload.SIZES`.
         plant_slowdown: Make the transform this fraction slower in the shim legs (a planted regression). 0 to measure.
         plant_hook_us: Make every call of the shim's hooks this many µs slower (a planted regression). 0 to measure.
@@ -407,22 +378,24 @@ def measure(
     """
     if size_name not in SIZES:
         raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZES)}')
-    if device not in DEVICES:
-        raise ValueError(f'compatshim bench: unknown device {device!r}; choose one of {", ".join(DEVICES)}')
-    if device == 'cuda' and not torch.cuda.is_available():
-        raise RuntimeError('compatshim bench: --device cuda, but torch sees no CUDA device')
-    if device == 'mps' and not (getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()):
-        raise RuntimeError('compatshim bench: --device mps, but torch sees no MPS device')
+    if device_kind not in DEVICES:
+        raise ValueError(f'compatshim bench: unknown device {device_kind!r}; choose one of {", ".join(DEVICES)}')
+    present: dict[str, Callable[[], bool]] = {
+        'cuda': torch.cuda.is_available,
+        'mps': lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
+    }
+    if not present.get(device_kind, lambda: True)():
+        raise RuntimeError(f'compatshim bench: --device {device_kind}, but torch sees no {device_kind} device')
     if not 0.0 <= plant_slowdown <= 10.0:
         raise ValueError(f'compatshim bench: plant_slowdown must be between 0 and 10, got {plant_slowdown}')
     if not 0.0 <= plant_hook_us <= 100_000:
         raise ValueError(f'compatshim bench: plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
-    composer = _installed('mosaicml')
+    composer = installed('mosaicml')
     if composer is None:
         raise compatshim.ComposerNotInstalledError('compatshim bench needs Composer (pip install mosaicml)')
     if compatshim.status().patches:
         raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
-    size, env, started = SIZES[size_name], env_name(device), time.perf_counter()
+    size, env, started = SIZES[size_name], env_name(device_kind), time.perf_counter()
     allocator = _pin_allocator()
 
     def say(message: str) -> None:
@@ -436,19 +409,22 @@ def measure(
     compatshim.disable()
     try:
         with overhead.planted_hook_delay(plant_hook_us):
-            checked = {leg.name: _check(leg, device, size, augment) for leg in legs}
-            recipe_legs = {leg.name: _check(leg, device, size, recipe) for leg in legs}
-            plain = _plain(device, size, recipe)
+            checked = {leg.name: _check(leg, device_kind, size, augment) for leg in legs}
+            recipe_legs = {leg.name: _check(leg, device_kind, size, recipe) for leg in legs}
+            plain = _plain(device_kind, size, recipe)
             say('placement and bytes checked')
             timed = [leg for leg in legs if leg.available]
             fns = {leg.name: augment.transform(size) for leg in timed}
             if plant_slowdown:
-                fns.update({n: _Planted(fn, plant_slowdown, device) for n, fn in fns.items() if n.startswith('shim')})
+                fns.update(
+                    {n: _Planted(fn, plant_slowdown, device_kind) for n, fn in fns.items() if n.startswith('shim')}
+                )
             trainers = {
-                leg.name: _trainer(leg, _composer_device(device), size, fns[leg.name], augment) for leg in timed
+                leg.name: _trainer(leg, timing.composer_device(device_kind), size, fns[leg.name], augment)
+                for leg in timed
             }
-            probes = _probes(device, family_of(composer) is not None)
-            windows, per_round, overheads = _time(timed, trainers, probes, device, size.rounds, say)
+            probes = _probes(device_kind, family_of(composer) is not None)
+            windows, per_round, overheads = _time(timed, trainers, probes, device_kind, size.rounds, say)
     finally:
         compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
     samples = size.batch * size.steps
@@ -459,9 +435,9 @@ def measure(
         env=env,
         composer=composer,
         torch=torch.__version__,
-        device=device,
+        device=device_kind,
         family=getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        fingerprint={**fingerprint(device, size_name, size), 'allocator': allocator},
+        fingerprint={**fingerprint(device_kind, size_name, size), 'allocator': allocator},
         measured_at=now(),
         legs=checked,
         recipe=Recipe(recipe_legs, plain),

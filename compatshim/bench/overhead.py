@@ -31,6 +31,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from compatshim import _patching
+from compatshim.bench import timing
+
 __all__ = ['CALLS', 'STEP_EVENTS', 'Probe', 'make_probe', 'planted_hook_delay']
 
 #: Calls per path per sample: the hook path, the monitor's step.
@@ -53,6 +56,7 @@ class Probe:
 
     Args:
         name: Its name (``compatshim.bench.metrics.PROBES``).
+        device_kind: What it runs on: its samples wait for that device at their edges, on the bench's clock for it.
         calls: Calls of each path per sample.
         path: One call of compatshim's path.
         direct: One call of the direct path.
@@ -63,16 +67,17 @@ class Probe:
     def __init__(
         self,
         name: str,
+        device_kind: str,
         calls: int,
         path: Callable[[], Any],
         direct: Callable[[], Any],
         frame: Callable[[], Any] = contextlib.nullcontext,
         close: Optional[Callable[[], None]] = None,
     ) -> None:
-        self.name, self.calls, self.path, self.direct = name, calls, path, direct
+        self.name, self.device_kind, self.calls, self.path, self.direct = name, device_kind, calls, path, direct
         self._frame, self._close, self._taken = frame, close, 0
 
-    def sample(self, sync: Callable[[], None], clock: Callable[[], float]) -> tuple[float, float]:
+    def sample(self) -> tuple[float, float]:
         """Seconds of ``calls`` calls of the path and of the direct path, back to back (the first of the two alternates
         from sample to sample), the collector paused as in a timed window."""
         first_path = self._taken % 2 == 0
@@ -82,43 +87,52 @@ class Probe:
         try:
             with self._frame():
                 if first_path:
-                    path_s = _time(self.path, self.calls, sync, clock)
-                    direct_s = _time(self.direct, self.calls, sync, clock)
+                    path_s = self._time(self.path)
+                    direct_s = self._time(self.direct)
                 else:
-                    direct_s = _time(self.direct, self.calls, sync, clock)
-                    path_s = _time(self.path, self.calls, sync, clock)
+                    direct_s = self._time(self.direct)
+                    path_s = self._time(self.path)
         finally:
             gc.enable()
         return path_s, direct_s
+
+    def _time(self, fn: Callable[[], Any]) -> float:
+        clock = timing.clock(self.device_kind)
+        timing.synchronize(self.device_kind)
+        start = clock()
+        for _ in range(self.calls):
+            fn()
+        timing.synchronize(self.device_kind)
+        return clock() - start
 
     def close(self) -> None:
         if self._close is not None:
             self._close()
 
 
-def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None], clock: Callable[[], float]) -> float:
-    sync()
-    start = clock()
-    for _ in range(calls):
-        fn()
-    sync()
-    return clock() - start
-
-
-def make_probe(name: str, make_device: Callable[[], Any], transform: Optional[Callable[[Any], Any]] = None) -> Probe:
-    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on devices from ``make_device``
-    (Composer devices of the kind the bench runs on), both paths calling ``transform`` (default: one that returns its
-    input). A hook probe needs the shim enabled when it is made and while it is sampled."""
+def make_probe(
+    name: str,
+    device_kind: str,
+    transform: Optional[Callable[[Any], Any]] = None,
+    make_device: Optional[Callable[[], Any]] = None,
+) -> Probe:
+    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``device_kind``, both paths
+    calling ``transform`` (default: one that returns its input), on Composer devices from ``make_device`` (default:
+    Composer's own for ``device_kind``). A hook probe needs the shim enabled when it is made and while it is
+    sampled."""
     transform = _Same() if transform is None else transform
+    make = make_device or (lambda: timing.composer_device(device_kind))
     if name == 'monitor':
-        return _monitor_probe(make_device, transform)
-    kind, _, stage = name.partition('-')
-    if kind != 'hook' or stage not in ('batch', 'microbatch'):
+        return _monitor_probe(device_kind, make, transform)
+    path, _, stage = name.partition('-')
+    if path != 'hook' or stage not in ('batch', 'microbatch'):
         raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    return _hook_probe(name, stage, make_device, transform)
+    return _hook_probe(name, stage, device_kind, make, transform)
 
 
-def _hook_probe(name: str, stage: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
+def _hook_probe(
+    name: str, stage: str, device_kind: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]
+) -> Probe:
     from composer.core import DataSpec
 
     from compatshim import _loop_frames
@@ -154,7 +168,7 @@ def _hook_probe(name: str, stage: str, make_device: Callable[[], Any], transform
     def frame() -> Any:
         return _loop_frames.loop_frame(device, 'train')
 
-    return Probe(name, CALLS['hook'], path, direct, frame)
+    return Probe(name, device_kind, CALLS['hook'], path, direct, frame)
 
 
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
@@ -175,7 +189,7 @@ STEP_EVENTS = (
 )
 
 
-def _monitor_probe(make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
+def _monitor_probe(device_kind: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
     from composer import Trainer
     from composer.core import DataSpec, Event
     from composer.models import ComposerClassifier
@@ -185,7 +199,8 @@ def _monitor_probe(make_device: Callable[[], Any], transform: Callable[[Any], An
     batch, device, plain = _batch(), make_device(), make_device()
     monitor = TransformMonitor()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
-    data_spec = DataSpec(loader, **{_host_transform_argument(): transform})
+    argument = _host_transform_argument()
+    data_spec = DataSpec(loader, **{argument: transform})
     model = ComposerClassifier(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), num_classes=10)
     trainer = Trainer(
         model=model,
@@ -198,18 +213,17 @@ def _monitor_probe(make_device: Callable[[], Any], transform: Callable[[Any], An
     )
     state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
     state.set_dataloader(data_spec.dataloader, 'train')
-    monitor.run_event(Event.BEFORE_DATALOADER, state, logger)  # the monitor puts its tap on the DataSpec
-    tapped = next(t.tap for t in monitor._watched[id(data_spec)].targets if t.tap is not None)
+    monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
 
-    def path() -> Any:
+    def path() -> Any:  # as Composer calls the batch-level transform: through the DataSpec's attribute (now tapped)
         for event in events:
             monitor.run_event(event, state, logger)
-        return tapped(device.batch_to_device(batch))
+        return getattr(data_spec, argument)(device.batch_to_device(batch))
 
     def direct() -> Any:
         return transform(plain.batch_to_device(batch))
 
-    return Probe('monitor', CALLS['monitor'], path, direct, close=trainer.close)
+    return Probe('monitor', device_kind, CALLS['monitor'], path, direct, close=trainer.close)
 
 
 def _host_transform_argument() -> str:
@@ -240,7 +254,6 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
     if not microseconds:
         yield
         return
-    saved = {cls: cls.__dict__['__call__'] for cls in (BatchHook, MicrobatchHook)}
 
     def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
         def __call__(self: Any, batch: Any) -> Any:
@@ -249,10 +262,9 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
 
         return __call__
 
-    for cls, original in saved.items():
-        cls.__call__ = slowed(original)  # type: ignore[method-assign]
+    swaps = [_patching.swap(cls, '__call__', slowed) for cls in (BatchHook, MicrobatchHook)]
     try:
         yield
     finally:
-        for cls, original in saved.items():
-            cls.__call__ = original  # type: ignore[method-assign]
+        for done in reversed(swaps):
+            done.undo()

@@ -115,9 +115,7 @@ def markdown(judged: list[Judged], device: str) -> str:
     for r in judged:
         res = r.result
         bytes_ratio = res.recipe.bytes_shim_vs_unpatched
-        planted = (f' (PLANTED: transform {res.planted_slowdown:.0%} slower)' if res.planted_slowdown else '') + (
-            f' (PLANTED: +{res.planted_hook_us:g} µs per hook call)' if res.planted_hook_us else ''
-        )
+        planted = f' ({res.planted_text})' if res.planted else ''
         checks = rule.worst([j for j in r.judgements if j.metric in {m.id for m in CHECKS}])
         out.append(
             f'| {res.env}{planted} | {res.family} | '

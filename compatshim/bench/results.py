@@ -124,6 +124,13 @@ class BenchResult:
     def planted(self) -> bool:
         return bool(self.planted_slowdown or self.planted_hook_us)
 
+    @property
+    def planted_text(self) -> str:
+        """What was planted, in words (``''``: nothing; a measurement)."""
+        parts = [f'transform {self.planted_slowdown:.0%} slower'] if self.planted_slowdown else []
+        parts += [f'+{self.planted_hook_us:g} µs per hook call'] if self.planted_hook_us else []
+        return f'PLANTED: {", ".join(parts)}' if parts else ''
+
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -244,6 +244,7 @@ class Share(Kind):
     name = 'share of a step'
     unit = '%'
     against_baseline = False
+    sizes: tuple[str, ...]
 
     def __init__(self, limit: float, sizes: tuple[str, ...]) -> None:
         self.limit, self.sizes = limit, sizes

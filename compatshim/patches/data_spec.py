@@ -1,9 +1,10 @@
-"""Patch for ``composer.core.data_spec.DataSpec.__init__``.
+"""The shim's patch of ``composer.core.data_spec.DataSpec.__init__``.
 
 The wrapper takes ``device_transforms`` (and the shim's own ``data_transfer_stage``) away from Composer, lets
 Composer build the DataSpec without it, then installs :class:`~compatshim._transforms.BatchHook` (and, on 0.27+,
-:class:`~compatshim._transforms.MicrobatchHook`) around the hooks Composer calls. Composer's signature is not restated:
-arguments are bound against the original's own signature.
+:class:`~compatshim._transforms.MicrobatchHook`) around the hooks Composer calls, and notes where each transform now
+sits (:mod:`compatshim._dataspecs`). Composer's signature is not restated: arguments are bound against the original's
+own signature.
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from compatshim import _dataspecs, _stages, _state
+from compatshim import _dataspecs, _patching, _stages
+from compatshim._dataspecs import Fate, Slot
+from compatshim._state import STATE
 from compatshim._support import Family
 from compatshim._transforms import BatchHook, MicrobatchHook
 
-__all__ = ['instrument']
+__all__ = ['TARGET', 'given', 'instrument']
+
+#: What this module patches.
+TARGET = 'composer.core.data_spec.DataSpec.__init__'
 
 
 def _take_device_transforms(
@@ -59,15 +65,7 @@ def _check_transform(transform: Any) -> None:
         )
 
 
-def _describe(data_spec: Any) -> str:
-    """``DataSpec(dataloader=DataLoader over TensorDataset)``: how error messages name a DataSpec."""
-    loader = getattr(data_spec, 'dataloader', None)
-    dataset = getattr(loader, 'dataset', None)
-    over = f' over {type(dataset).__name__}' if dataset is not None else ''
-    return f'DataSpec(dataloader={type(loader).__name__}{over})'
-
-
-def _make_init(original: Callable[..., None], record: _state.Patch, family: Family) -> Callable[..., None]:
+def _make_init(original: Callable[..., None], record: _patching.Patch, family: Family) -> Callable[..., None]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -88,23 +86,26 @@ def _make_init(original: Callable[..., None], record: _state.Patch, family: Fami
         _check_transform(transform)
         record.original(self, *args, **kwargs)
         native = given(signature, args, kwargs)
-        _dataspecs.note(self, native | {'device_transforms'} if transform is not None else native, by_shim=True)
         if transform is None:
+            _dataspecs.note(self, _dataspecs.composer_slots(self, native), by_shim=True)
             return
-        owner = _describe(self)
+        name = _dataspecs.spec_name(self)
         if family is Family.HOST:
-            self.device_transforms = BatchHook(transform, stage, native=None, has_microbatch_hook=False, owner=owner)
-        else:
-            self.batch_transforms = BatchHook(
-                transform, stage, native=self.batch_transforms, has_microbatch_hook=True, owner=owner
-            )
-            self.microbatch_transforms = MicrobatchHook(
-                transform, stage, native=self.microbatch_transforms, owner=owner
-            )
+            hook = BatchHook(transform, stage, native=None, has_microbatch_hook=False, spec_name=name)
+            self.device_transforms = hook
+            _dataspecs.note(self, [Slot('device_transforms', Fate.PLACED, ((hook, 'transform'),), stage)], by_shim=True)
+            return
+        hook = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True, spec_name=name)
+        micro = MicrobatchHook(transform, stage, native=self.microbatch_transforms, spec_name=name)
+        self.batch_transforms, self.microbatch_transforms = hook, micro
+        slots = [Slot('device_transforms', Fate.PLACED, ((hook, 'transform'), (micro, 'transform')), stage)]
+        natives = (('batch_transforms', hook, 'batch'), ('microbatch_transforms', micro, 'microbatch'))
+        slots += [Slot(n, Fate.CALLED, ((holder, 'native'),), where) for n, holder, where in natives if n in native]
+        _dataspecs.note(self, slots, by_shim=True)
 
     return __init__
 
 
 def instrument(data_spec_cls: type, family: Family) -> None:
     """Wrap ``DataSpec.__init__`` for ``family``."""
-    _state.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
+    STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))

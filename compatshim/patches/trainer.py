@@ -10,15 +10,18 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from compatshim import _loop_frames, _state
+from compatshim import _loop_frames, _patching
+from compatshim._state import STATE
 
-__all__ = ['LOOPS', 'instrument']
+__all__ = ['LOOPS', 'TARGETS', 'instrument']
 
 #: Trainer method → the mode its frame records.
 LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict': 'predict'}
+#: What this module patches.
+TARGETS = tuple(f'composer.trainer.trainer.Trainer.{name}' for name in LOOPS)
 
 
-def _make_loop(original: Callable[..., Any], record: _state.Patch, mode: str) -> Callable[..., Any]:
+def _make_loop(original: Callable[..., Any], record: _patching.Patch, mode: str) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -33,4 +36,4 @@ def _make_loop(original: Callable[..., Any], record: _state.Patch, mode: str) ->
 def instrument(trainer_cls: type) -> None:
     """Wrap each loop of ``trainer_cls`` in a loop frame."""
     for name, mode in LOOPS.items():
-        _state.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode))
+        STATE.patches.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode))

@@ -135,7 +135,7 @@ def test_positional_device_transforms_where_composer_has_the_parameter() -> None
 
 
 def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_api, '_installed', lambda dist: None)
+    monkeypatch.setattr(_api, 'installed', lambda dist: None)
     with pytest.raises(compatshim.ComposerNotInstalledError, match='Composer is not installed'):
         compatshim.enable()
     assert compatshim.status().verdict is compatshim.Verdict.NOT_INSTALLED
@@ -143,7 +143,7 @@ def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_api, '_installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    monkeypatch.setattr(_api, 'installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
     with pytest.warns(compatshim.UnsupportedComposerWarning, match='0.33.0.dev0 is outside the support table'):
         s = compatshim.enable()
     assert s.verdict is compatshim.Verdict.UNSUPPORTED and s.patches == ()
@@ -152,7 +152,7 @@ def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch
 @NEEDS_PATCH
 def test_untested_release_opt_in_checks_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """Opted in, the installed code's shape decides the family (here it is the real, known shape)."""
-    monkeypatch.setattr(_api, '_installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    monkeypatch.setattr(_api, 'installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         s = compatshim.enable(allow_untested=True)
@@ -186,12 +186,12 @@ def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
         pass
 
     before = dict(vars(Child))
-    _state.patch(Child, 'f', lambda original, record: lambda self: 'patched')
+    _state.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'patched')
     assert Child().f() == 'patched' and compatshim.is_patched(Child, 'f')
     assert compatshim.get_original(Child, 'f') is Base.f
     with pytest.raises(RuntimeError, match='already patched'):
-        _state.patch(Child, 'f', lambda original, record: lambda self: 'twice')
-    _state.restore_all()
+        _state.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'twice')
+    _state.STATE.patches.restore_all()
     assert dict(vars(Child)) == before and 'f' not in vars(Child) and Child().f() == 'base'
 
 

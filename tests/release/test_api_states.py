@@ -49,7 +49,7 @@ def _classes() -> dict[str, type]:
 def _snapshot() -> tuple[Any, ...]:
     return (
         compatshim.status(),
-        tuple((key, r.active) for key, r in _state.STATE.patches.items()),
+        tuple((key, r.active) for key, r in _state.STATE.patches.live.items()),
         [tuple(vars(cls).items()) for cls in _classes().values()],
     )
 
@@ -125,7 +125,7 @@ class ShimStates(RuleBasedStateMachine):
     @invariant()
     def status_is_what_is_installed(self) -> None:
         shim = compatshim.status()
-        live = tuple(r.label for r in _state.STATE.patches.values() if compatshim.is_patched(r.owner, r.name))
+        live = tuple(r.label for r in _state.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
         assert shim.patches == live, (shim, live)
         assert (shim.verdict is compatshim.Verdict.PATCHED) is bool(live), shim
         assert (shim.stage is not None) is bool(live), shim
@@ -163,7 +163,7 @@ class ShimStates(RuleBasedStateMachine):
             compatshim.disable()
         for target, owner in _classes().items():
             setattr(owner, target.split('.')[1], self.pristine[target])
-        _state.STATE.detached.clear()
+        _state.STATE.patches.detached.clear()
 
 
 ShimStates.TestCase.settings = settings(

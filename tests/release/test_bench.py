@@ -90,8 +90,6 @@ class _Counting:
 def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> None:
     """A probe's two paths do the same work but compatshim's plumbing: the transform once per call in each. (On
     0.25–0.26 at stage microbatch the direct path once moved through the armed trainer device and ran it twice.)"""
-    import time
-
     import compatshim
     from compatshim.testing import FakeAcceleratorDevice
 
@@ -99,10 +97,10 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
         pytest.skip(f'Composer {COMPOSER} is unaffected: the shim installs no hook to probe')
     transform = _Counting()
     compatshim.enable() if name.startswith('hook') else compatshim.disable()
-    probe = overhead.make_probe(name, FakeAcceleratorDevice, transform)
+    probe = overhead.make_probe(name, 'cpu', transform, make_device=FakeAcceleratorDevice)
     try:
         compatshim.enable()
-        path_s, direct_s = probe.sample(lambda: None, time.process_time)
+        path_s, direct_s = probe.sample()
         assert transform.calls == 2 * probe.calls and path_s > 0 and direct_s > 0
     finally:
         probe.close()

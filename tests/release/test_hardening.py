@@ -238,7 +238,7 @@ def test_pickle_and_deepcopy(leg: str, how: str) -> None:
     clone = pickle.loads(pickle.dumps(spec)) if how == 'pickle' else copy.deepcopy(spec)
     assert [type(h).__name__ for h in _hooks(clone)] == [type(h).__name__ for h in _hooks(spec)]
     for original, copied in zip(_hooks(spec), _hooks(clone)):
-        assert copied is not original and copied.stage == original.stage and copied.owner == original.owner
+        assert copied is not original and copied.stage == original.stage and copied.spec_name == original.spec_name
     hooks = _hooks(clone)
     copied_probe = hooks[0].transform if hooks else getattr(clone, 'device_transforms', None)
     assert copied_probe is not probe and isinstance(copied_probe, Probe)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.python
 
 def _live() -> tuple[str, ...]:
     """What is really installed: every patch whose replacement is reachable on Composer's classes and switched on."""
-    return tuple(r.label for r in _state.STATE.patches.values() if compatshim.is_patched(r.owner, r.name))
+    return tuple(r.label for r in _state.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
 
 
 def test_disable_inside_an_enabled_block_leaves_the_state_from_before_it() -> None:

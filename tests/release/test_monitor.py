@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import torch
@@ -164,6 +164,89 @@ def test_strict_fails_the_first_step_whose_transform_is_not_on_the_device() -> N
     assert len(probe.calls) == (1 if FAMILY is Family.HOST else 0), 'strict stops at the first step'
 
 
+def _recipe_run(strict: bool, loop: str) -> tuple[list[str], list[int], Optional[Exception]]:
+    """The canonical uint8 pipeline (uint8 images, normalised by ``device_transforms``, a model that fails on an
+    unnormalised batch) in one loop (``fit``, ``eval`` or ``predict``), without the shim, under a monitor: the
+    monitor's warnings, for each forward how many of them had been given when it began, and the error the run ended
+    with (the monitor's, strict; or the model's, on the raw uint8 batch)."""
+    from composer import Trainer
+    from composer.core import DataSpec
+
+    from compatshim.bench.workload import SIZES, RecipeTransform, recipe_loader, recipe_model
+    from compatshim.monitor import TransformMonitor
+
+    size, model, monitor = SIZES['tiny'], recipe_model(), TransformMonitor(strict=strict)
+    caught: list[Any] = []
+
+    def ours() -> list[str]:
+        return [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)]
+
+    forwards: list[int] = []
+    model.net.register_forward_pre_hook(lambda module, inputs: forwards.append(len(ours())))
+
+    def spec() -> Any:
+        return DataSpec(recipe_loader(size), device_transforms=RecipeTransform())
+
+    t = Trainer(
+        model=model,
+        device=make_device(),
+        train_dataloader=spec(),
+        max_duration='1ba',
+        callbacks=[monitor],
+        precision='fp32',
+        progress_bar=False,
+    )
+    run = {'fit': t.fit, 'eval': lambda: t.eval(eval_dataloader=spec()), 'predict': lambda: t.predict(spec())}[loop]
+    error: Optional[Exception] = None
+    with warnings.catch_warnings(record=True) as recording:
+        warnings.simplefilter('always')
+        caught = recording
+        try:
+            run()
+        except RuntimeError as exc:
+            error = exc
+    return ours(), forwards, error
+
+
+WITHOUT_A_RUN = pytest.mark.skipif(
+    FAMILY not in (Family.HOST, Family.DROPPED),
+    reason=f'Composer {COMPOSER}: without the shim the run is on the device (0.24) or never starts (0.29+)',
+)
+
+
+@WITHOUT_A_RUN
+def test_a_dropped_or_host_transform_is_said_before_the_first_forward() -> None:
+    """On 0.27–0.28 the dropped normalisation makes the first forward fail on the raw uint8 batch: the monitor has said
+    "never called" (naming the DataSpec and the fix) when the loop started. On 0.25–0.26 it says "on the host" right
+    after the first call, before the model sees the batch. Strict: its error instead, before any forward."""
+    said, forwards, error = _recipe_run(strict=False, loop='fit')
+    assert len(said) == 1, said
+    assert 'DataSpec(dataloader=DataLoader over TensorDataset)' in said[0] and 'compatshim.enable()' in said[0]
+    if FAMILY is Family.DROPPED:
+        assert "device_transforms is never called in 'train'" in said[0]
+        assert 'unsigned char' in str(error), 'the run dies on the raw uint8 batch, after the warning'
+    else:
+        assert "device_transforms saw its batch on the host in 'train'" in said[0] and error is None
+    assert forwards and forwards[0] == 1, 'the warning was given before the first forward began'
+    said, forwards, error = _recipe_run(strict=True, loop='fit')
+    assert isinstance(error, compatshim.TransformPlacementError) and "in 'train'" in str(error)
+    assert forwards == [], 'strict stops the run before the model gets the batch'
+
+
+@WITHOUT_A_RUN
+@pytest.mark.parametrize('loop', ['eval', 'predict'])
+def test_an_evaluator_and_predict_say_it_at_their_start_too(loop: str) -> None:
+    """Eval and predict of the same uint8 pipeline, strict: the monitor's error comes at their start (dropped) or right
+    after their first transform call (host), before any forward. (Predict moves the whole batch first on 0.25–0.26:
+    it runs on the device there, and nothing is said.)"""
+    said, forwards, error = _recipe_run(strict=True, loop=loop)
+    if FAMILY is Family.HOST and loop == 'predict':
+        assert (said, error) == ([], None) and forwards
+        return
+    assert isinstance(error, compatshim.TransformPlacementError) and f"in '{loop}'" in str(error), error
+    assert forwards == [], 'the monitor spoke before the model got the batch'
+
+
 @NEEDS_PATCH
 def test_strict_passes_with_the_shim() -> None:
     compatshim.enable()
@@ -268,16 +351,43 @@ def test_a_dataspec_built_before_the_monitor_is_said_to_be_unseen() -> None:
 def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """A spy on every way the host waits for the device: the monitor adds none of them to a run.
 
-    ``torch.cuda.synchronize``/``torch.mps.synchronize`` and event waits must never be called; reads of device data
-    (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``) must be as many with the monitor as without it.
+    The fake accelerator is given an event clock, as cuda and mps have, of spy events, so the monitor times its
+    transform with device events here too: ``torch.cuda.synchronize``/``torch.mps.synchronize`` and event waits must
+    never be called; reads of device data (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``) must be as many with
+    the monitor as without it.
     """
-    from compatshim import testing
+    from compatshim import _recorder, testing
 
     waits: list[str] = []
     for owner, name in ((torch.cuda, 'synchronize'), (torch.cuda.Event, 'synchronize'), (torch.cuda.Event, 'wait')):
         monkeypatch.setattr(owner, name, lambda *a, _n=name, **k: waits.append(_n))
     if getattr(torch, 'mps', None) is not None:
         monkeypatch.setattr(torch.mps, 'synchronize', lambda *a, **k: waits.append('mps.synchronize'), raising=False)
+
+    class SpyEvent:
+        """A device timing event that has always completed, and says so when it is waited on."""
+
+        made = 0
+
+        def __init__(self) -> None:
+            SpyEvent.made += 1
+
+        def record(self) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            waits.append('event.synchronize')
+
+        def wait(self, *args: Any) -> None:
+            waits.append('event.wait')
+
+        def elapsed_time(self, end: Any) -> float:
+            return 1.0
+
+    monkeypatch.setattr(_recorder, '_timing_events', lambda: {'cpu': SpyEvent})
     reads: list[str] = []
     reading = {torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.tolist, torch.Tensor.numpy}
     original = testing.FakeAcceleratorTensor.__torch_function__.__func__  # type: ignore[attr-defined]
@@ -308,6 +418,7 @@ def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.
         return len(reads) - before
 
     assert fit(monitored=True) == fit(monitored=False)
+    assert SpyEvent.made >= 2 * 4, 'the monitor timed the transform with device events (two per step)'
     assert waits == []
 
 
@@ -339,7 +450,7 @@ def test_device_time_is_read_a_step_late_without_waiting() -> None:
         def elapsed_time(self, end: Any) -> float:
             return end.t - self.t
 
-    clock = _EventClock('cuda', Event)
+    clock = _EventClock(Event)
     tap = Tap(lambda batch: batch, clock)
     tap.take(1)
     tap(torch.zeros(2))

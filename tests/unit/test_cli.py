@@ -213,10 +213,10 @@ def test_an_ignored_setting_is_one_line_on_the_command_line() -> None:
 
 
 def test_console_script_and_python_m_doctor() -> None:
-    """``python -m compatshim.doctor`` works (it used to fail in argparse), and so does the console script."""
+    """``python -m compatshim doctor`` (the one module entry point) works, and so does the console script."""
     script = Path(sys.executable).parent / 'compatshim'
     assert script.exists(), 'the compatshim console script is installed with the package'
-    for command in ([str(script), 'doctor', '--help'], [sys.executable, '-m', 'compatshim.doctor', '--help']):
+    for command in ([str(script), 'doctor', '--help'], [sys.executable, '-m', 'compatshim', 'doctor', '--help']):
         out = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and '--allow-untested' in out.stdout and '--stage' in out.stdout, out.stderr
 

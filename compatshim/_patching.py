@@ -1,0 +1,208 @@
+"""compatshim's one way to replace an attribute and put back what was there.
+
+After gevent's ``monkey._state`` (one table of what was saved) and OpenTelemetry's ``BaseInstrumentor`` (each
+instrumentor owns its patches and their lifecycle):
+
+* :class:`Swap` / :func:`swap`: one attribute of one object (a class or an instance) replaced, with what its own
+  ``__dict__`` held before (or nothing, when it only inherited it) and what it resolved to (what the
+  replacement calls). :meth:`Swap.undo` puts the saved value back — or deletes the attribute the object never had —
+  and only while the attribute is still the replacement: it never removes what someone else put there since. Every
+  temporary replacement of compatshim's uses it (the recorder's byte counter on a ``Device``, the loop frame's
+  interposer, the monitor's taps, the bench's planted delay).
+* :class:`Patch` / :class:`PatchSet`: a lasting replacement of a class attribute (a Composer method) and the set that
+  owns it. A patch's replacement checks :attr:`Patch.active` on every call and passes straight through to the original
+  when it is off. :meth:`PatchSet.restore_all` undoes a patch exactly where it is on top; where something else (an APM
+  agent, a tracer, a profiler) has wrapped it since, putting the original back would remove that wrapper, so the patch
+  is left in that chain, switched off, and a :class:`~compatshim.errors.CompatShimWarning` names it. A later
+  :meth:`PatchSet.patch` of the same target switches it back on if it is still reachable beneath the other wrapper
+  (``__wrapped__``), instead of stacking a second one. compatshim's own patch sets (the shim's, the monitor's watch,
+  the monitor's attaching) splice out of each other's chains, never leaving pass-throughs beneath one another.
+
+Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import types
+import warnings
+from typing import Any, Callable, Optional
+
+from compatshim.errors import CompatShimWarning
+
+__all__ = ['Patch', 'PatchSet', 'Swap', 'describe', 'label', 'swap']
+
+#: What an object's own ``__dict__`` held for an attribute it only inherited (or never had).
+_MISSING: Any = object()
+
+
+def label(owner: Any, name: str) -> str:
+    """``module.Qualname.name`` of an attribute of a class (of an instance: its class's)."""
+    cls = owner if isinstance(owner, type) else type(owner)
+    return f'{cls.__module__}.{cls.__qualname__}.{name}'
+
+
+@dataclasses.dataclass(eq=False)
+class Swap:
+    """One attribute of one object, replaced."""
+
+    owner: Any
+    name: str
+    #: What ``vars(owner)[name]`` held before, or ``_MISSING`` when the owner only inherited the attribute.
+    saved: Any
+    #: The attribute as it resolved before (inherited ones included): what the replacement calls.
+    original: Any
+    replacement: Any = None
+
+    def is_on_top(self) -> bool:
+        """Whether the owner's attribute is still this replacement (nothing replaced it since)."""
+        return vars(self.owner).get(self.name, _MISSING) is self.replacement
+
+    def undo(self) -> bool:
+        """Put back what was there, if the attribute is still this replacement; whether it was."""
+        if not self.is_on_top():
+            return False
+        if self.saved is _MISSING:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self.saved)
+        return True
+
+
+def swap(owner: Any, name: str, make: Callable[[Any], Any]) -> Swap:
+    """Replace ``owner.name`` with ``make(original)``, remembering what was there (see :class:`Swap`)."""
+    record = Swap(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name))
+    record.replacement = make(record.original)
+    setattr(owner, name, record.replacement)
+    return record
+
+
+@dataclasses.dataclass(eq=False)
+class Patch(Swap):
+    """A lasting replacement of a class attribute, owned by a :class:`PatchSet`."""
+
+    #: Read by the replacement on every call; off: a pure pass-through to :attr:`original`.
+    active: bool = True
+
+    @property
+    def label(self) -> str:
+        return label(self.owner, self.name)
+
+    def is_reachable(self) -> bool:
+        """Whether the replacement is still in the attribute's ``__wrapped__`` chain (someone else's wrapper on top)."""
+        func = vars(self.owner).get(self.name, _MISSING)
+        for _ in range(64):  # a chain this deep is a cycle
+            if func is self.replacement:
+                return True
+            func = getattr(func, '__wrapped__', _MISSING)
+            if func is _MISSING:
+                return False
+        return False
+
+
+class PatchSet:
+    """The patches one part of compatshim owns (the shim's, the monitor's watch), live and detached.
+
+    Args:
+        who: How its undo is named in the warning about another library's wrapper (``'compatshim.disable()'``).
+    """
+
+    #: Every patch set compatshim keeps: its own wrappers are spliced out of a chain, never left beneath one another.
+    ALL: list[PatchSet] = []
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        #: Live patches, in patch order.
+        self.live: dict[tuple[Any, str], Patch] = {}
+        #: Switched-off replacements left beneath another wrapper by :meth:`restore_all`, to switch back on later.
+        self.detached: dict[tuple[Any, str], Patch] = {}
+        PatchSet.ALL.append(self)
+
+    def __contains__(self, key: tuple[Any, str]) -> bool:
+        return key in self.live
+
+    def get(self, owner: Any, name: str) -> Optional[Patch]:
+        return self.live.get((owner, name))
+
+    def labels(self) -> tuple[str, ...]:
+        """Dotted names of every live patch, in patch order."""
+        return tuple(record.label for record in self.live.values())
+
+    def patch(self, owner: type, name: str, make: Callable[[Any, Patch], Any]) -> Patch:
+        """Replace ``owner.name`` with ``make(original, record)``, remembering what was there.
+
+        If an earlier :meth:`restore_all` left this set's replacement switched off beneath another wrapper, and it is
+        still there, it is switched back on instead: the other wrapper stays on top, and nothing is stacked twice.
+
+        Raises:
+            RuntimeError: If the target is already patched by this set (an internal error: callers check first).
+        """
+        key = (owner, name)
+        if key in self.live:
+            raise RuntimeError(f'compatshim: {label(owner, name)} is already patched')
+        old = self.detached.pop(key, None)
+        if old is not None and old.is_reachable():
+            old.active = True
+            self.live[key] = old
+            return old
+        record = Patch(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name))
+        record.replacement = make(record.original, record)
+        self.live[key] = record
+        setattr(owner, name, record.replacement)
+        return record
+
+    def restore_all(self) -> None:
+        """Undo every live patch, newest first: exactly where it is on top, else switch it off and warn."""
+        left: list[str] = []
+        for key in reversed(list(self.live)):
+            record = self.live.pop(key)
+            record.active = False
+            if record.undo() or _splice_out(record):
+                continue  # restored; or beneath another of compatshim's wrappers, which now calls what this one did
+            if record.is_reachable():
+                self.detached[key] = record
+                on_top = vars(record.owner).get(record.name)
+                left.append(f'{record.owner.__qualname__}.{record.name} (now {describe(on_top)})')
+            # else: someone replaced the attribute outright (without keeping ours): nothing of ours is left to restore.
+        if left:
+            warnings.warn(
+                f'{self.who}: ' + ', '.join(reversed(left)) + ' were wrapped by other code after they were patched; '
+                "compatshim's wrappers were left beneath them as inert pass-throughs, so that code keeps working. "
+                'Composer behaves as without them.',
+                CompatShimWarning,
+                stacklevel=3,
+            )
+
+
+def _splice_out(record: Patch) -> bool:
+    """Take ``record``'s replacement out from under another of compatshim's own live wrappers of the same target.
+
+    compatshim's wrappers call ``record.original`` (not a copy of it), so the one above is made to call what ``record``
+    wrapped and to restore what ``record`` saved; the chain loses exactly ``record``'s link and nothing else.
+    """
+    for patches in PatchSet.ALL:
+        above = patches.get(record.owner, record.name)
+        if above is not None and above is not record and above.original is record.replacement:
+            above.original, above.saved = record.original, record.saved
+            with contextlib.suppress(AttributeError, TypeError):
+                above.replacement.__wrapped__ = record.original
+            return True
+    return False
+
+
+def describe(obj: Any) -> str:
+    """``module.qualname`` of a function or object, for messages: the object itself, not what it wraps.
+
+    ``functools.wraps`` copies the wrapped function's ``__module__`` and ``__qualname__`` onto a wrapper, so a plain
+    function is named from its own code and globals; a wrapt wrapper by the function given to wrapt.
+    """
+    if type(obj) is types.FunctionType:
+        code = obj.__code__
+        return f'{obj.__globals__.get("__name__", obj.__module__)}.{getattr(code, "co_qualname", code.co_name)}'
+    wrapper = getattr(obj, '_self_wrapper', None)  # wrapt's FunctionWrapper (a proxy: type() sees through it)
+    if type(wrapper) is types.FunctionType:
+        return f'{describe(wrapper)} (wrapt)'
+    module = getattr(obj, '__module__', None) or type(obj).__module__
+    name = getattr(obj, '__qualname__', None) or type(obj).__qualname__
+    return f'{module}.{name}'

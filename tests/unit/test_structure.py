@@ -1,0 +1,123 @@
+"""The package's shape, read from its source: no import circle, each layer importing only what is below it, one way to
+replace an attribute. No torch, no Composer: the modules are parsed, never imported."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / 'compatshim'
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+MODULES = {_module(path): path for path in PACKAGE.rglob('*.py')}
+
+
+def _imports(name: str) -> set[str]:
+    """Every compatshim module ``name`` imports, at its top, inside a function, or for type checking."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:  # a submodule, or a name of the module itself
+                found.add(f'{node.module}.{alias.name}' if f'{node.module}.{alias.name}' in MODULES else node.module)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _cycle() -> list[str]:
+    """One import circle among compatshim's modules, or ``[]``."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        if name in path:
+            return path[path.index(name) :] + [name]
+        if name in done:
+            return []
+        for target in sorted(GRAPH[name]):
+            found = visit(target, [*path, name])
+            if found:
+                return found
+        done.add(name)
+        return []
+
+    for name in sorted(GRAPH):
+        found = visit(name, [])
+        if found:
+            return found
+    return []
+
+
+def test_no_import_circle() -> None:
+    """Every import counts (module level, inside functions, under TYPE_CHECKING): a layer never reaches back up."""
+    assert GRAPH['compatshim.monitor'], 'the walk reads imports'
+    assert _cycle() == [], ' -> '.join(_cycle())
+
+
+@pytest.mark.parametrize(
+    ('layer', 'above'),
+    [
+        ('compatshim.patches', ('compatshim.monitor', 'compatshim.bench', 'compatshim.doctor', 'compatshim._cli')),
+        ('compatshim._patching', ('compatshim._state', 'compatshim.patches', 'compatshim.monitor')),
+        ('compatshim._dataspecs', ('compatshim.patches', 'compatshim.monitor', 'compatshim._transforms')),
+        ('compatshim.bench.rule', ('compatshim.bench.metrics', 'compatshim.bench.judge', 'compatshim.bench.measure')),
+    ],
+)
+def test_a_layer_imports_nothing_above_it(layer: str, above: tuple[str, ...]) -> None:
+    for name, imported in GRAPH.items():
+        if name == layer or name.startswith(layer + '.'):
+            reached = sorted(m for m in imported if m.startswith(above))
+            assert reached == [], f'{name} imports {reached}'
+
+
+def test_the_monitor_taps_through_the_notes_and_nobody_reads_its_internals() -> None:
+    """The monitor knows nothing of the shim's hooks (it taps through ``compatshim._dataspecs.tap``), imports nothing
+    private of ``_transforms`` or ``patches``, and no other module reads its ``_watched``."""
+    tree = ast.parse(MODULES['compatshim.monitor'].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            assert not node.module.startswith('compatshim._transforms'), node.module
+            if node.module.startswith('compatshim.patches'):
+                assert all(not alias.name.startswith('_') for alias in node.names), ast.dump(node)
+    source = MODULES['compatshim.monitor'].read_text()
+    assert 'BatchHook' not in source and 'MicrobatchHook' not in source
+    readers = [
+        name for name, path in MODULES.items() if name != 'compatshim.monitor' and '_watched' in path.read_text()
+    ]
+    assert readers == []
+
+
+def test_one_way_to_replace_an_attribute() -> None:
+    """One patch-set type, one swap helper, one sentinel for 'the object had no attribute of its own'."""
+    source = {name: path.read_text() for name, path in MODULES.items()}
+    defined = {
+        pattern: [name for name, text in source.items() for _ in re.finditer(pattern, text, re.M)]
+        for pattern in (r'^class PatchSet\b', r'^def swap\(', r'^_MISSING\b.*=', r'=\s*object\(\)\s*$')
+    }
+    assert defined == {
+        r'^class PatchSet\b': ['compatshim._patching'],
+        r'^def swap\(': ['compatshim._patching'],
+        r'^_MISSING\b.*=': ['compatshim._patching'],
+        r'=\s*object\(\)\s*$': ['compatshim._patching'],
+    }
+    for name, text in source.items():  # nobody saves and restores an attribute by hand
+        if name != 'compatshim._patching':
+            assert not re.search(r'vars\([^)]*\)\.get\([^)]*, *_?MISSING', text), name
+
+
+def test_python_m_compatshim_is_the_one_module_entry_point() -> None:
+    """``python -m compatshim COMMAND`` (``compatshim/__main__.py``) and the console script; no module of its own."""
+    mains = [name for name, path in MODULES.items() if '__main__' in path.read_text() and name != 'compatshim.__main__']
+    assert mains == []
+    assert 'main()' in MODULES['compatshim.__main__'].read_text()
