@@ -136,7 +136,7 @@ def _timing_events() -> dict[str, Callable[[], Any]]:
 class Window:
     """What one tap saw in one window: calls, their placements, and the time measured so far."""
 
-    __slots__ = ('id', 'calls', 'places', 'seconds', 'timed_later')
+    __slots__ = ('id', 'calls', 'places', 'seconds', 'timed_later', 'wall')
 
     def __init__(self, window_id: int = 0) -> None:
         self.id = window_id
@@ -145,6 +145,8 @@ class Window:
         self.seconds = 0.0
         #: Calls whose time is still on the device (event clock): added when their events have completed.
         self.timed_later = 0
+        #: Host wall-clock seconds spent inside the calls (``time.perf_counter``), whatever the clock times them with.
+        self.wall = 0.0
 
     @property
     def where(self) -> str:
@@ -174,9 +176,10 @@ class Tap:
         window.places[where] += 1
         if self.seen is not None:
             self.seen.append(where)
-        started = self.clock.start()
+        entered, started = time.perf_counter(), self.clock.start()
         out = self.transform(batch)
         self.clock.stop(started, window)
+        window.wall += time.perf_counter() - entered
         return out
 
     def take(self, next_id: int = 0) -> Window:
@@ -197,6 +200,8 @@ class MoveCounter:
 
     def __init__(self) -> None:
         self.bytes: dict[str, int] = {}
+        #: Host wall-clock seconds spent moving tensors since the last take (``time.perf_counter``).
+        self.wall = 0.0
         self._installed: Optional[_patching.Swap] = None
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -204,7 +209,9 @@ class MoveCounter:
             name = str(tensor.dtype).replace('torch.', '')
             self.bytes[name] = self.bytes.get(name, 0) + tensor.nbytes
         assert self._installed is not None
+        entered = time.perf_counter()
         moved: torch.Tensor = self._installed.original(tensor)
+        self.wall += time.perf_counter() - entered
         return moved
 
     def install(self, device: Any) -> MoveCounter:
@@ -217,5 +224,5 @@ class MoveCounter:
 
     def take(self) -> dict[str, int]:
         """The bytes counted since the last take, by dtype (largest first), and a fresh count."""
-        counted, self.bytes = self.bytes, {}
+        counted, self.bytes, self.wall = self.bytes, {}, 0.0
         return dict(sorted(counted.items(), key=lambda kv: -kv[1]))

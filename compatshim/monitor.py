@@ -21,10 +21,15 @@ transform's argument name):
   events read once they have completed — typically a step later, logged at the step they belong to, never by waiting
   for the device; elsewhere this process's CPU time;
 - ``data/LABEL/bytes_to_device`` and ``data/LABEL/bytes_to_device/DTYPE``: what the trainer's device moved from the
-  host in that step.
+  host in that step;
+- ``data/LABEL/wait_ms`` and ``data/LABEL/wait_share``: how long the trainer waited for the dataloader's fetch (host
+  wall time from asking for the batch until it reached the trainer, less the batch-level transforms and moves in that
+  time), and that as a share of the step's host wall time. A share far above a few percent means the accelerator
+  waits for data.
 
 At the end of each fit, eval and predict a summary: ``data/LABEL/NAME/total_calls``, ``.../median_calls``,
-``.../median_time_ms``, ``data/LABEL/median_bytes_to_device``, ``data/LABEL/steps``, and one line of text (logged as
+``.../median_time_ms``, ``data/LABEL/median_bytes_to_device``, ``data/LABEL/median_wait_ms``,
+``data/LABEL/median_wait_share``, ``data/LABEL/steps``, and one line of text (logged as
 a trace ``data/LABEL/summary``, through the ``compatshim.monitor`` logger, and kept, with its figures, in
 :attr:`TransformMonitor.summaries`).
 
@@ -52,6 +57,7 @@ import functools
 import inspect
 import logging
 import statistics
+import time
 import warnings
 from typing import Any, Callable, Optional
 
@@ -126,6 +132,9 @@ class _Loop:
     bytes: collections.deque[int] = dataclasses.field(default_factory=_recent)
     dtypes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     transforms: dict[str, _Series] = dataclasses.field(default_factory=dict)
+    #: Per step: seconds the trainer waited for the dataloader, and that as a share of the step (host wall time).
+    waits: collections.deque[float] = dataclasses.field(default_factory=_recent)
+    shares: collections.deque[float] = dataclasses.field(default_factory=_recent)
 
 
 class TransformMonitor(Callback):
@@ -158,6 +167,9 @@ class TransformMonitor(Callback):
         self._open: Optional[tuple[str, Optional[_Watched]]] = None
         #: The open window's device_transforms tap, while its placement is still to be checked this early.
         self._early: Optional[tuple[_Watched, Tap]] = None
+        #: When the open window began (host wall clock), and how long it waited for data (once the batch arrived).
+        self._since = 0.0
+        self._wait: Optional[float] = None
         self._loops: dict[str, _Loop] = {}
         #: Steps per label over every run this monitor's state has seen (a checkpoint's included): ``state_dict``.
         self._steps_in_all: dict[str, int] = {}
@@ -182,7 +194,7 @@ class TransformMonitor(Callback):
         self._begin(state, 'train')
 
     def after_dataloader(self, state: State, logger: Logger) -> None:
-        self._check_early('train')
+        self._reached('train')
 
     def before_forward(self, state: State, logger: Logger) -> None:
         self._check_early('train')
@@ -197,7 +209,7 @@ class TransformMonitor(Callback):
         self._begin(state, state.dataloader_label or 'eval')
 
     def eval_batch_start(self, state: State, logger: Logger) -> None:
-        self._check_early(state.dataloader_label or 'eval')
+        self._reached(state.dataloader_label or 'eval')
 
     def eval_before_forward(self, state: State, logger: Logger) -> None:
         self._check_early(state.dataloader_label or 'eval')
@@ -214,7 +226,7 @@ class TransformMonitor(Callback):
         self._begin(state, 'predict')
 
     def predict_batch_start(self, state: State, logger: Logger) -> None:
-        self._check_early('predict')
+        self._reached('predict')
 
     def predict_batch_end(self, state: State, logger: Logger) -> None:
         self._end(state, logger, int(state.predict_timestamp.batch))
@@ -290,11 +302,26 @@ class TransformMonitor(Callback):
                 target.tap.take(self._window)
         self._counter.take()
         self._open, self._early = (label, watched), None
+        self._since, self._wait = time.perf_counter(), None
         if watched is None or not self._accelerator or id(watched.spec) in self._warned:
             return
         device_transforms = watched.device_transforms()
         if device_transforms is not None and device_transforms.tap is not None:
             self._early = (watched, device_transforms.tap)
+
+    def _reached(self, label: str) -> None:
+        """The batch has reached the trainer (its batch-level transforms ran): how long the trainer waited for it, then
+        the early check of where the transform saw it."""
+        if self._wait is None:
+            self._wait = self._fetched()
+        self._check_early(label)
+
+    def _fetched(self) -> float:
+        """Host seconds the window has waited for the dataloader so far: its elapsed wall time less what it spent
+        inside the transforms the monitor taps and the device's moves (the batch-level work that follows the fetch)."""
+        watched = None if self._open is None else self._open[1]
+        busy = sum(t.tap.window.wall for t in ([] if watched is None else watched.targets) if t.tap is not None)
+        return max(0.0, time.perf_counter() - self._since - busy - self._counter.wall)
 
     def _check_early(self, label: str) -> None:
         """Right after the batch-level transforms ran (and before each forward): a device_transforms that saw its
@@ -311,6 +338,8 @@ class TransformMonitor(Callback):
         if self._open is None:
             return
         label, watched = self._open
+        wait = self._fetched() if self._wait is None else self._wait
+        step = time.perf_counter() - self._since
         self._open = self._early = None
         loop = self._loops.setdefault(label, _Loop())
         metrics: dict[str, float] = {}
@@ -339,6 +368,10 @@ class TransformMonitor(Callback):
         loop.bytes.append(total)
         loop.dtypes.update(moved)
         self._steps_in_all[label] = self._steps_in_all.get(label, 0) + 1
+        loop.waits.append(wait)
+        loop.shares.append(wait / step if step > 0 else 0.0)
+        metrics[f'data/{label}/wait_ms'] = wait * 1e3
+        metrics[f'data/{label}/wait_share'] = loop.shares[-1]
         metrics[f'data/{label}/bytes_to_device'] = total
         metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
         if loop.steps % self.log_interval == 0:
@@ -419,6 +452,8 @@ class TransformMonitor(Callback):
             transforms=transforms,
             bytes_per_step=statistics.median(loop.bytes) if loop.bytes else 0,
             bytes_by_dtype={dtype: n // max(steps, 1) for dtype, n in loop.dtypes.most_common() if n // max(steps, 1)},
+            wait_ms_per_step=statistics.median(loop.waits) * 1e3 if loop.waits else None,
+            wait_share=statistics.median(loop.shares) if loop.shares else None,
         )
         metrics: dict[str, float] = {f'data/{label}/steps': steps}
         for name, transform in transforms.items():
@@ -427,6 +462,9 @@ class TransformMonitor(Callback):
             if transform.ms_per_step is not None:
                 metrics[f'data/{label}/{name}/median_time_ms'] = transform.ms_per_step
         metrics[f'data/{label}/median_bytes_to_device'] = summary.bytes_per_step
+        if summary.wait_ms_per_step is not None and summary.wait_share is not None:
+            metrics[f'data/{label}/median_wait_ms'] = summary.wait_ms_per_step
+            metrics[f'data/{label}/median_wait_share'] = summary.wait_share
         logger.log_metrics(metrics)
         logger.log_traces({f'data/{label}/summary': summary.line})
         self.summaries.append(summary)
@@ -472,16 +510,26 @@ class Summary:
     transforms: dict[str, TransformSummary]
     bytes_per_step: float
     bytes_by_dtype: dict[str, int]
+    #: The median host time per step the trainer waited for the dataloader's fetch, in ms (``None``: no step).
+    wait_ms_per_step: Optional[float] = None
+    #: The median share of a step (host wall time, fetch included) spent waiting for that fetch.
+    wait_share: Optional[float] = None
 
     @property
     def text(self) -> str:
-        """The summary in words: which loop, where each transform ran, what crossed to the device."""
+        """The summary in words: which loop, where each transform ran, what crossed to the device, how long the
+        trainer waited for data."""
         parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transforms given'
         dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
         more = f' ({self.steps_in_all} in all, checkpoints included)' if self.steps_in_all != self.steps else ''
+        waited = (
+            ''
+            if self.wait_ms_per_step is None or self.wait_share is None
+            else f'; waited {self.wait_ms_per_step:.3g} ms/step for data ({self.wait_share:.0%} of a step)'
+        )
         return (
             f"'{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
-            f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}) over {self.steps} steps{more}'
+            f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}){waited} over {self.steps} steps{more}'
         )
 
     @property

@@ -279,6 +279,79 @@ def test_auto_microbatching_with_oom_retries(leg: str) -> None:
     assert _where(logger, 'train') == 'device'
 
 
+class _FakeClock:
+    """``time`` for the monitor and the recorder: ``perf_counter`` moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def process_time(self) -> float:
+        return self.now
+
+
+def test_the_wait_for_data_is_the_fetch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wait_ms`` is the dataloader's fetch: a collate that takes 50 ms counts; a batch-level transform that takes
+    200 ms does not, nor the device's 10 ms move of each batch tensor (under the shim at stage batch, and on 0.24, the
+    whole batch is moved before it reaches the trainer); ``wait_share`` is that over the step. On a fake clock."""
+    from composer.core import DataSpec
+    from composer.loggers import InMemoryLogger
+
+    from compatshim import _recorder
+    from compatshim import monitor as monitoring
+    from compatshim.monitor import TransformMonitor
+
+    clock = _FakeClock()
+    monkeypatch.setattr(monitoring, 'time', clock)
+    monkeypatch.setattr(_recorder, 'time', clock)
+    device = make_device()
+    move = device.tensor_to_device
+
+    def slow_move(tensor: torch.Tensor) -> torch.Tensor:
+        from compatshim.testing import is_on_device
+
+        if not is_on_device(tensor) and tensor.numel() >= 8:  # a batch tensor, not Composer's one-element flags
+            clock.now += 0.010
+        return move(tensor)
+
+    device.tensor_to_device = slow_move
+
+    def collate(samples: list[Any]) -> Any:
+        clock.now += 0.050
+        return torch.utils.data.default_collate(samples)
+
+    class Slow(Probe):
+        def __call__(self, batch: Any) -> Any:
+            clock.now += 0.200
+            return super().__call__(batch)
+
+    if IS_AFFECTED:
+        compatshim.enable()
+    given = FAMILY is not Family.REJECTED or IS_AFFECTED  # 0.29+ takes device_transforms only through the shim
+    monitor, logger = TransformMonitor(), InMemoryLogger()
+    t, _ = trainer(
+        device,
+        train_dataloader=DataSpec(loader(24, collate_fn=collate), device_transforms=Slow()),
+        eval_dataloader=DataSpec(loader(16, collate_fn=collate), device_transforms=Slow()),
+        max_duration='3ba',
+        eval_interval='3ba',
+        callbacks=[monitor],
+        loggers=[logger],
+    )
+    assert given
+    t.fit()
+    step = 0.050 + 0.200 + 0.020  # the fetch, the transform, the move of x and y
+    for label, steps in (('train', 3), ('eval', 2)):
+        assert _logged(logger, f'data/{label}/wait_ms') == pytest.approx([50.0] * steps), label
+        assert _logged(logger, f'data/{label}/wait_share') == pytest.approx([0.050 / step] * steps), label
+        summary = next(s for s in monitor.summaries if s.label == label)
+        assert summary.wait_ms_per_step == pytest.approx(50.0) and 'waited 50 ms/step for data (19% of a step)' in (
+            summary.text
+        )
+
+
 @needs_dataspec_keyword
 def test_resume_from_a_checkpoint_keeps_counting(tmp_path: Path) -> None:
     """The monitor's totals travel in the checkpoint: a run resumed at step 2 of 4 says 4 steps in all."""
