@@ -33,7 +33,7 @@ def _state() -> tuple[Any, ...]:
         STATE.stage,
         STATE.family,
         STATE.allow_untested,
-        tuple((key, record.replacement, record.active) for key, record in STATE.patches.items()),
+        tuple((key, record.replacement, record.active) for key, record in STATE.patches.live.items()),
         [tuple(vars(cls).items()) for cls in (DataSpec, Trainer)],
     )
 
