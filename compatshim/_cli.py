@@ -91,7 +91,65 @@ def _summary(result: Any) -> str:
     return '\n'.join(lines)
 
 
+#: The pipeline bench's own options, and the reference bench's it does not take.
+_PIPELINE_ONLY = ('json', 'save', 'compare', 'dir', 'quick', 'steps', 'rounds')
+_REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us')
+
+
+def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    defaults = {'plant_slowdown': 0.0, 'plant_hook_us': 0.0, 'quick': False, 'dir': None}
+    return ['--' + n.replace('_', '-') for n in names if getattr(args, n) not in (None, defaults.get(n))]
+
+
+def _pipeline_command(args: argparse.Namespace) -> int:
+    """``compatshim bench --pipeline MODULE:CALLABLE``: bad input is one line and exit 2, before anything runs."""
+    from compatshim.bench import results
+
+    wrong = _given(args, _REFERENCE_ONLY)
+    if wrong:
+        print(
+            f'compatshim bench: --pipeline does not take {", ".join(wrong)} (those are for the reference workload); '
+            'it takes --device, --quick, --steps, --rounds, --json, --save, --compare, --dir',
+            file=sys.stderr,
+        )
+        return _exits.NOT_DONE
+    directory = Path(args.dir or results.PIPELINE_DIR)
+    try:
+        for name in (args.save, args.compare):
+            if name is not None:
+                results.pipeline_path(directory, name)
+        baseline = results.load_pipeline(directory, args.compare) if args.compare else None
+        from compatshim.bench import pipeline
+
+        loaded = pipeline.load(args.pipeline)
+        size = 'quick' if args.quick else 'default'
+        result = pipeline.measure(
+            args.pipeline, loaded, args.device, size, sys.stderr, steps=args.steps, rounds=args.rounds
+        )
+    except (ValueError, RuntimeError, ImportError) as exc:
+        print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)
+        return _exits.NOT_DONE
+    print(pipeline.text(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + '\n')
+    code, lines = (_exits.OK, []) if baseline is None else pipeline.compare(result, baseline, args.compare)
+    for line in lines:
+        print(line)
+    if args.save and code == _exits.OK:
+        print(f'saved {results.save_pipeline(result, directory, args.save).as_posix()}')
+    elif args.save:
+        print(f'not saved as {args.save!r}: the comparison did not pass')
+    return code
+
+
 def _bench_command(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        return _pipeline_command(args)
+    wrong = _given(args, _PIPELINE_ONLY)
+    if wrong:
+        print(f'compatshim bench: {", ".join(wrong)} go with --pipeline MODULE:CALLABLE', file=sys.stderr)
+        return _exits.NOT_DONE
     if args.baselines and not Path(args.baselines).is_dir():
         print(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)', file=sys.stderr)
         return _exits.NOT_DONE
@@ -233,8 +291,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     doctor.set_defaults(func=_doctor_command)
 
-    bench = sub.add_parser('bench', help='measure the legs on this release (placement, bytes, speed, hook µs)')
+    bench = sub.add_parser(
+        'bench',
+        help='measure the legs on this release: the reference workload, or your own pipeline (--pipeline)',
+        description='Measure with and without the shim on the installed Composer: the reference workload (placement, '
+        "bytes, same-run ratios, compatshim's own cost), or, with --pipeline, your own pipeline, leg by leg, with "
+        "the verdicts (the shim's factor, batch vs microbatch, input-bound) and a baseline to gate your CI on.",
+    )
     bench.add_argument('--device', choices=DEVICES, default='cpu')
+    bench.add_argument(
+        '--pipeline',
+        metavar='MODULE:CALLABLE',
+        help='your pipeline: a callable (the current directory on the path) returning a compatshim.bench.Pipeline or '
+        'a mapping of dataloader, transform[, model, microbatch_size, get_num_samples_in_batch]',
+    )
+    bench.add_argument('--quick', action='store_true', help='--pipeline: a few seconds (3 rounds of 4 steps)')
+    bench.add_argument(
+        '--steps', type=int, metavar='N', help='--pipeline: steps per window (default 20; a heavy model needs fewer)'
+    )
+    bench.add_argument(
+        '--rounds', type=int, metavar='N', help='--pipeline: timed rounds (default 8; 5 at least for timings to gate)'
+    )
+    bench.add_argument('--json', metavar='FILE', help='--pipeline: write the result as JSON')
+    bench.add_argument('--save', metavar='NAME', help='--pipeline: save the result as the baseline NAME')
+    bench.add_argument(
+        '--compare',
+        metavar='NAME',
+        help='--pipeline: judge the result against the baseline NAME (exit 1 when something worsened)',
+    )
+    bench.add_argument(
+        '--dir', metavar='DIR', help='--pipeline: where baselines are kept (default: .compatshim/benchmarks)'
+    )
     bench.add_argument(
         '--size',
         choices=('tiny', 'cpu', 'gpu'),

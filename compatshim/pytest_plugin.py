@@ -18,6 +18,10 @@ Fixtures:
   ``probe.assert_on_device()`` fails with what it saw (never called, on the host, mixed).
 * ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else ``batch``), disabled
   after it unless the session enabled it.
+* ``compatshim_bench``: ``compatshim_bench(pipeline, compare='main')`` benchmarks your pipeline as
+  ``compatshim bench --pipeline`` does (a :class:`compatshim.bench.Pipeline`, a mapping of its fields, or
+  ``'MODULE:CALLABLE'``), returns the :class:`~compatshim.bench.results.PipelineResult`, and fails the test when the
+  comparison with the saved baseline worsens (or cannot be made); ``save='main'`` saves it.
 """
 
 from __future__ import annotations
@@ -142,3 +146,57 @@ def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield compatshim.status()
     finally:
         compatshim.disable()
+
+
+@pytest.fixture
+def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``compatshim_bench(pipeline, *, compare=None, save=None, directory=None, quick=True, device='cpu', name=None)``.
+
+    Runs the pipeline bench (``compatshim bench --pipeline``) in this process, the shim off while it measures (and
+    back as it was after), and returns the result. With ``compare=NAME`` the test fails, naming each metric, when
+    anything worsened against the baseline ``NAME`` (in ``directory``, default ``.compatshim/benchmarks``), or when
+    that baseline measured another pipeline, size or device; ``save=NAME`` saves the result once the comparison (if
+    any) passed. ``name`` identifies the pipeline in baselines (default: the string given, else this test's id).
+    ``quick=False`` runs the full size, whose timings can gate (3 quick rounds can only gate placement, calls and
+    bytes).
+    """
+
+    def run(
+        pipeline: Any,
+        *,
+        compare: Optional[str] = None,
+        save: Optional[str] = None,
+        directory: Any = None,
+        quick: bool = True,
+        device: str = 'cpu',
+        name: Optional[str] = None,
+    ) -> Any:
+        from pathlib import Path
+
+        import compatshim
+        from compatshim.bench import pipeline as pipelines
+        from compatshim.bench import results
+
+        folder = Path(directory) if directory is not None else results.PIPELINE_DIR
+        baseline = results.load_pipeline(folder, compare) if compare else None
+        if isinstance(pipeline, str):
+            name, made = name or pipeline, pipelines.load(pipeline)
+        else:
+            name = name or request.node.nodeid
+            made = pipelines.as_pipeline(pipeline, name)
+        before = compatshim.status().stage
+        compatshim.disable()
+        try:
+            result = pipelines.measure(name, made, device, 'quick' if quick else 'default')
+        finally:
+            if before is not None:
+                compatshim.enable(stage=before)
+        if baseline is not None and compare is not None:
+            code, lines = pipelines.compare(result, baseline, compare)
+            if code:
+                pytest.fail('\n'.join(lines), pytrace=False)
+        if save:
+            results.save_pipeline(result, folder, save)
+        return result
+
+    return run

@@ -10,20 +10,26 @@ which is why no absolute time is judged. Imports nothing heavy.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
-from compatshim.bench.metrics import METRICS, comparable
-from compatshim.bench.results import BenchResult
+from compatshim.bench.metrics import COMPARABLE_BY, METRICS, Metric, comparable
+from compatshim.bench.results import BenchResult, PipelineResult
 from compatshim.bench.rule import ALPHA, OUTCOMES, RULE, Judgement, mann_whitney_p, worst
 
 __all__ = ['ALPHA', 'OUTCOMES', 'RULE', 'Judgement', 'judge', 'mann_whitney_p', 'worst']
 
 
-def judge(result: BenchResult, baseline: Optional[BenchResult]) -> list[Judgement]:
-    """Every gated metric of ``result`` that was measured, against ``baseline`` (``None``: no baseline)."""
-    unlike = None if baseline is None else comparable(result, baseline)
+def judge(
+    result: Union[BenchResult, PipelineResult],
+    baseline: Optional[Union[BenchResult, PipelineResult]],
+    metrics: tuple[Metric, ...] = METRICS,
+    comparable_by: tuple[str, ...] = COMPARABLE_BY,
+) -> list[Judgement]:
+    """Every gated metric of ``result`` that was measured (``metrics``: the bench's registry, or a pipeline's), against
+    ``baseline`` (``None``: no baseline), which must match ``result`` in the fingerprint keys ``comparable_by``."""
+    unlike = None if baseline is None else comparable(result, baseline, comparable_by)
     out = []
-    for metric in METRICS:
+    for metric in metrics:
         now = metric.read(result) if metric.gated_for(result) else []
         if not now:
             continue

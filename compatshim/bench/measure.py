@@ -15,7 +15,6 @@ round. The result keeps the raw numbers; each metric's kind reads its samples fr
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 import os
@@ -137,26 +136,6 @@ def fingerprint(device_kind: str, size_name: str, size: Size) -> dict[str, Any]:
         'size': {'name': size_name, **dataclasses.asdict(size)},
         'workload_version': VERSION,
     }
-
-
-def _pin_allocator() -> str:
-    """Fix glibc's malloc thresholds for this process; say what was done (recorded in the fingerprint).
-
-    glibc raises its mmap threshold as a process frees large blocks, and trims the heap top when enough is free, so the
-    same code allocates a 1.5 MiB image batch from the heap in one window and page-faults a fresh mapping in the next:
-    the whole-batch legs ran at ~1,850 or ~2,300 samples/s from window to window (Composer 0.29+ envs, 2-core
-    machine), their ratio spread 7-13%. With both thresholds fixed every leg runs at one speed (spread ~1%).
-    """
-    if not sys.platform.startswith('linux'):
-        return 'default'
-    try:
-        libc = ctypes.CDLL('libc.so.6')
-    except OSError:
-        return 'default'
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
-    if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
-        return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
-    return 'default'
 
 
 class _Planted:
@@ -396,7 +375,7 @@ def measure(
     if compatshim.status().patches:
         raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
     size, env, started = SIZES[size_name], env_name(device_kind), time.perf_counter()
-    allocator = _pin_allocator()
+    allocator = timing.pin_allocator()
 
     def say(message: str) -> None:
         if progress is not None:

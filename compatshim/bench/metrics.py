@@ -11,6 +11,7 @@ whose placement and coherence are checked, :data:`PROBES` the overhead probes me
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Optional
 
 from compatshim._support import DEVICES
@@ -30,10 +31,13 @@ __all__ = [
     'MONITOR_OVERHEAD',
     'MONITOR_SHARE',
     'MONITOR_US',
+    'PIPELINE_COMPARABLE_BY',
+    'PIPELINE_LEGS',
     'PROBES',
     'Metric',
     'comparable',
     'metric',
+    'pipeline_metrics',
 ]
 
 #: The bench's legs, in report order: what a user gets without the shim (``device_transforms`` where the release still
@@ -117,8 +121,10 @@ METRICS: tuple[Metric, ...] = (
     Metric('hook µs/batch (microbatch)', rule.FIGURE, ('hook-microbatch',), 'never'),
     Metric('monitor µs/batch', rule.FIGURE, ('monitor',), 'never'),
     # Counts.
-    Metric('bytes per step (shim-batch)', rule.BYTES, ('shim-batch',), 'affected', title='recipe bytes (shim-batch)'),
-    Metric('bytes per step (shim-microbatch)', rule.BYTES, ('shim-microbatch',), 'affected', title='recipe bytes (mb)'),
+    *(
+        Metric(f'bytes per step ({leg})', rule.BYTES, ('recipe', leg), 'affected', title=f'recipe bytes ({short})')
+        for leg, short in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))
+    ),
     # Checks, whatever the timings.
     *(
         Metric(f'placement ({workload}{leg})', rule.PLACEMENT, (workload.strip() or 'augment', leg), 'always')
@@ -152,14 +158,49 @@ COSTS: tuple[tuple[str, Metric, Metric], ...] = (
 )
 
 
+#: A pipeline's legs (``compatshim bench --pipeline``), in report order: what the release does with plain
+#: ``device_transforms``, Composer's own transforms a user would migrate to (0.27+), the shim at each stage, and the
+#: ceiling: the same steps on batches already transformed and on the device.
+PIPELINE_LEGS: tuple[str, ...] = (
+    'unpatched',
+    'native-batch',
+    'native-microbatch',
+    'shim-batch',
+    'shim-microbatch',
+    'ceiling',
+)
+#: What must match for a pipeline baseline to compare: the same pipeline (MODULE:CALLABLE), bench size, device,
+#: samples per step and microbatch size; not the Composer or torch release (an upgrade is what the gate is for).
+PIPELINE_COMPARABLE_BY: tuple[str, ...] = ('pipeline', 'size', 'device', 'samples_per_step', 'microbatch_size')
+
+
+def pipeline_metrics(legs: Iterable[str]) -> tuple[Metric, ...]:
+    """The metrics of a pipeline's legs (those of the run and of its baseline): per leg its placement, calls and
+    bytes per step, exactly, and, timed, its throughput against the ceiling leg of the same rounds."""
+    named = [leg for leg in PIPELINE_LEGS if leg in set(legs)]
+    out: list[Metric] = []
+    for leg in named:
+        source = ('pipeline', leg)
+        if leg != 'ceiling':
+            out += [
+                Metric(f'{leg}: placement', rule.PLACEMENT_AS_BEFORE, source, 'always'),
+                Metric(f'{leg}: calls per step', rule.CALLS_AS_BEFORE, source, 'always'),
+            ]
+        out.append(Metric(f'{leg}: bytes per step', rule.BYTES, source, 'always'))
+        if leg != 'ceiling':
+            out.append(Metric(f'{leg}/ceiling', rule.BESIDE, (leg,), 'always'))
+    return tuple(out)
+
+
 def _short(value: Any) -> Any:
     return value.get('name', value) if isinstance(value, dict) else value
 
 
-def comparable(result: BenchResult, baseline: BenchResult) -> Optional[str]:
-    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did)."""
+def comparable(result: Any, baseline: Any, keys: tuple[str, ...] = COMPARABLE_BY) -> Optional[str]:
+    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did), by the fingerprint
+    ``keys``."""
     differ = []
-    for key in COMPARABLE_BY:
+    for key in keys:
         now, then = result.fingerprint.get(key), baseline.fingerprint.get(key)
         if now != then:
             differ.append(f'{key.replace("_", " ")} {_short(then)} in the baseline, {_short(now)} now')

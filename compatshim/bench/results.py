@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,13 +26,18 @@ __all__ = [
     'BenchResult',
     'LegResult',
     'Overheads',
+    'PIPELINE_DIR',
+    'PipelineResult',
     'Recipe',
     'baseline_for',
     'baseline_path',
     'gather',
     'load_baseline',
+    'load_pipeline',
+    'pipeline_path',
     'quartiles',
     'record_baseline',
+    'save_pipeline',
 ]
 
 #: The result format; a result of another schema is refused with a message (re-measure it).
@@ -65,6 +71,13 @@ class LegResult:
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
     round_s: list[float] = dataclasses.field(default_factory=list)
+    #: A pipeline's leg: per round, the ceiling leg's window taken right beside this leg's (its ratio's other side).
+    beside_s: list[float] = dataclasses.field(default_factory=list)
+    #: A pipeline's leg (``compatshim bench --pipeline``), per step, medians over its windows: the transform's time
+    #: (ms), the time the trainer waited for data (ms) and that as a share of the step (``None``: not measured).
+    transform_ms: Optional[float] = None
+    wait_ms: Optional[float] = None
+    wait_share: Optional[float] = None
     #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
     monitor: str = ''
 
@@ -149,6 +162,90 @@ class BenchResult:
         )
         overheads = {name: Overheads(**_known(Overheads, found)) for name, found in data.pop('overheads').items()}
         return cls(legs=legs, recipe=recipe, overheads=overheads, **data)
+
+
+@dataclasses.dataclass
+class PipelineResult:
+    """One run of ``compatshim bench --pipeline``: the user's pipeline, leg by leg, on the installed Composer.
+
+    ``legs`` are :class:`LegResult` s (``unpatched``, ``native-batch``, ``native-microbatch``, ``shim-batch``,
+    ``shim-microbatch`` where the release has them, and ``ceiling``: the same steps on batches already transformed and
+    on the device); ``round_s`` of each is its mean window per round, what its ratio to the ceiling pairs.
+    """
+
+    pipeline: str  # MODULE:CALLABLE
+    composer: str
+    torch: str
+    device: str
+    family: str
+    #: What it ran on (versions, device, git commit of the user's repository), and what must match for a baseline to
+    #: compare (``compatshim.bench.metrics.PIPELINE_COMPARABLE_BY``).
+    fingerprint: dict[str, Any]
+    measured_at: str
+    steps: int  # per window
+    legs: dict[str, LegResult]
+    #: The verdicts, in words (the shim's factor, batch against microbatch, input-bound or not).
+    verdicts: list[str] = dataclasses.field(default_factory=list)
+    elapsed_s: float = 0.0
+    kind: str = 'pipeline'
+    schema: int = SCHEMA
+
+    @property
+    def affected(self) -> bool:
+        return self.family != UNAFFECTED_FAMILY
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineResult:
+        """Read a stored pipeline result; another schema, or another kind of result, is refused, naming it."""
+        if not isinstance(data, dict) or data.get('schema') != SCHEMA or data.get('kind') != 'pipeline':
+            found = (data.get('kind'), data.get('schema')) if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f'not a pipeline result of schema {SCHEMA} ({found!r}): measure it again')
+        data = _known(cls, data)
+        legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
+        return cls(legs=legs, **data)
+
+
+#: Where ``compatshim bench --pipeline --save/--compare`` keep baselines, in the repository it runs from.
+PIPELINE_DIR = Path('.compatshim') / 'benchmarks'
+#: A saved pipeline baseline's name: letters, digits, ``.``, ``_``, ``-`` (it is a file name).
+PIPELINE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$')
+
+
+def pipeline_path(directory: PathLike, name: str) -> Path:
+    """Where the pipeline baseline ``name`` lives: ``<directory>/<name>.json``.
+
+    Raises:
+        ValueError: ``name`` is not a plain file name (the message says what is allowed).
+    """
+    if not PIPELINE_NAME.match(name):
+        raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
+    return Path(directory) / f'{name}.json'
+
+
+def save_pipeline(result: PipelineResult, directory: PathLike, name: str) -> Path:
+    """Write ``result`` as the pipeline baseline ``name`` (replacing one of that name)."""
+    path = pipeline_path(directory, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json(), indent=1) + '\n')
+    return path
+
+
+def load_pipeline(directory: PathLike, name: str) -> PipelineResult:
+    """The pipeline baseline ``name``.
+
+    Raises:
+        ValueError: It does not exist, or cannot be read (the message names it and how to save one).
+    """
+    path = pipeline_path(directory, name)
+    if not path.is_file():
+        raise ValueError(f'no baseline {name!r} in {Path(directory).as_posix()}; save one with --save {name}')
+    try:
+        return PipelineResult.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f'{path.as_posix()} cannot be read ({exc}); save it again with --save {name}') from exc
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

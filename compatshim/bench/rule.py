@@ -24,12 +24,15 @@ __all__ = [
     'KINDS',
     'OUTCOMES',
     'RULE',
+    'Beside',
     'Bytes',
     'Check',
+    'Count',
     'Figure',
     'Judgement',
     'Kind',
     'Overhead',
+    'Placement',
     'Ratio',
     'Share',
     'mann_whitney_p',
@@ -67,7 +70,8 @@ class Judgement:
 
 
 def _fmt(value: float) -> str:
-    return f'{value:.4g}'
+    """A count as a whole number (``393,508``), anything else to four significant digits."""
+    return f'{value:,.0f}' if float(value).is_integer() and abs(value) >= 1000 else f'{value:.4g}'
 
 
 def mann_whitney_p(lower: list[float], higher: list[float]) -> float:
@@ -200,6 +204,23 @@ class Ratio(_Relative):
         )
 
 
+class Beside(Ratio):
+    """A pipeline leg's throughput over the ceiling leg's (``source[0]``), one sample per round: the ceiling's window
+    taken right beside the leg's. Higher is better."""
+
+    name = 'ratio to the ceiling'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        leg = result.legs.get(source[0])
+        return [] if leg is None else [c / t for t, c in zip(leg.round_s, leg.beside_s)]
+
+    def sentence(self) -> str:
+        return (
+            f'a pipeline leg against the ceiling window beside it in every round (the same steps on data already '
+            f'transformed and on the device) that falls by more than {self.min_effect:.0%}'
+        )
+
+
 class Overhead(_Relative):
     """Time of a path of compatshim's (the shim's hooks, the monitor's events) over the direct path it stands in for
     (the move and the transform alone), alternated in the same samples, ``calls`` calls each. Lower is better."""
@@ -276,15 +297,22 @@ class Share(Kind):
         return f"the monitor's share of a step of the same round above {self.limit:g}% (at the {sizes} sizes)"
 
 
+def _leg(source: tuple[str, ...], result: Any) -> Any:
+    """The leg ``source`` names, ``(workload, leg)``: the recipe workload's (``recipe``), else the result's own
+    (the bench's augment workload, a pipeline's legs)."""
+    workload, name = source
+    return (result.recipe.legs if workload == 'recipe' else result.legs).get(name)
+
+
 class Bytes(Kind):
-    """Host→device bytes per step of the recipe workload's leg ``source[0]``: a count, the same on any machine. Any
+    """Host→device bytes per step of the leg ``source`` (``(workload, leg)``): a count, the same on any machine. Any
     byte more is a regression; fewer, an improvement (re-record)."""
 
     name = 'count'
     unit = ' bytes/step'
 
     def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
-        leg = result.recipe.legs.get(source[0])
+        leg = _leg(source, result)
         return [float(leg.h2d_bytes_per_step)] if leg is not None and leg.available else []
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
@@ -301,6 +329,57 @@ class Bytes(Kind):
 
     def sentence(self) -> str:
         return "a shim leg's bytes per step above its baseline's by any amount (a count, not a timing)"
+
+
+class Placement(Kind):
+    """Where a leg's transform saw its batch (``device``, ``host``, ``mixed``, ``never called``; a leg that could not
+    run: ``unavailable (why)``), against its baseline: the same is ok, reaching the device an improvement, any other
+    change a regression. A fact of the run, the same on any machine."""
+
+    name = 'placement'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        leg = _leg(source, result)
+        return [] if leg is None else [leg.placement if leg.available else f'unavailable ({leg.reason})']
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        assert before, 'judged against a baseline'
+        new, old = now[0], before[0]
+        outcome = 'ok' if new == old else 'improved' if new == 'device' else 'regression'
+        return Judgement(metric, outcome, 'the same' if new == old else f'{old} in the baseline, {new} now')
+
+    def central(self, samples: list[Any]) -> Optional[float]:
+        return None
+
+    def show(self, samples: list[Any]) -> str:
+        return str(samples[0]) if samples else '—'
+
+    def sentence(self) -> str:
+        return "a pipeline leg's placement that changes from its baseline's, other than to the device"
+
+
+class Count(Kind):
+    """A leg's transform calls per step, against its baseline: a count, so any change is a regression (one call per
+    step is what keeps stage batch coherent)."""
+
+    name = 'calls'
+    unit = ' calls/step'
+
+    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+        leg = _leg(source, result)
+        return [float(leg.calls_per_step)] if leg is not None and leg.available else []
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        assert before, 'judged against a baseline'
+        same = now[0] == before[0]
+        reason = 'the same' if same else 'changed (one call per step keeps stage batch coherent)'
+        return Judgement(metric, 'ok' if same else 'regression', reason, before[0], now[0], 'exact', None, self.unit)
+
+    def show(self, samples: list[Any]) -> str:
+        return f'{samples[0]:g}' if samples else '—'
+
+    def sentence(self) -> str:
+        return "a pipeline leg's calls per step that differ from its baseline's"
 
 
 class Check(Kind):
@@ -333,8 +412,7 @@ class Check(Kind):
 
 def _placement(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
     """A checked leg (``source``: workload, leg) ran on the device, and stage batch once per step."""
-    workload, name = source
-    leg = (result.recipe.legs if workload == 'recipe' else result.legs).get(name)
+    leg, name = _leg(source, result), source[1]
     if leg is None or not leg.available:
         return None
     if leg.placement != 'device':
@@ -351,6 +429,11 @@ def _nothing_patched(source: tuple[str, ...], result: BenchResult) -> Optional[s
 
 #: The minimum effects and the limit (see :data:`RULE`).
 RATIO = Ratio(min_effect=0.05)
+#: A pipeline leg against its ceiling is unlike work (the leg transforms, the ceiling does not): unchanged runs on the
+#: 2-core machine moved it by up to 19% (a slow phase touches the two differently), a 2x slower transform at 40% of
+#: the step moves it by 29%.
+BESIDE = Beside(min_effect=0.20)
+PLACEMENT_AS_BEFORE, CALLS_AS_BEFORE = Placement(), Count()
 OVERHEAD = Overhead(min_effect=0.25)
 FIGURE = Figure()
 #: The monitor's limit is stated for a step of the real workload: a step of the tiny test size is no such step.
@@ -358,17 +441,30 @@ MONITOR_SHARE = Share(limit=1.0, sizes=('cpu', 'gpu'))
 BYTES = Bytes()
 PLACEMENT = Check('the shim legs transform on the device, stage batch once per step', _placement)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
-KINDS: tuple[Kind, ...] = (RATIO, OVERHEAD, MONITOR_SHARE, BYTES, FIGURE, PLACEMENT, NOTHING_PATCHED)
+KINDS: tuple[Kind, ...] = (
+    RATIO,
+    BESIDE,
+    OVERHEAD,
+    MONITOR_SHARE,
+    BYTES,
+    PLACEMENT_AS_BEFORE,
+    CALLS_AS_BEFORE,
+    FIGURE,
+    PLACEMENT,
+    NOTHING_PATCHED,
+)
 
 #: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
 RULE = (
     "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
-    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}, or '
-    f'{OVERHEAD.sentence()}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
-    'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
-    'comparable* when the baseline measured another workload (size or version); *ok* otherwise. A regression '
+    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}; '
+    f'{OVERHEAD.sentence()}; or {BESIDE.sentence()}; *improved* in the mirror case (the baseline is stale: re-record '
+    'it); *inconclusive* when the change is beyond the minimum effect but the test does not support it, or there is no '
+    'baseline; *not comparable* when the baseline measured another workload (size or version); *ok* otherwise. A '
+    'regression '
     f'without a test: {MONITOR_SHARE.sentence()}; {BYTES.sentence()}; {PLACEMENT.sentence()}; '
-    f'{NOTHING_PATCHED.sentence()}. Every gated timing is measured against something in the same rounds, so a slower '
-    'machine or a slow phase moves none of them; absolute times (samples/s, µs per batch) are reported, never judged. '
-    'Any regression exits 1, and so does a release without a baseline where its device has some.'
+    f'{NOTHING_PATCHED.sentence()}; {PLACEMENT_AS_BEFORE.sentence()}; {CALLS_AS_BEFORE.sentence()}. Every gated '
+    'timing is measured against something in the same rounds, so a slower machine or a slow phase moves none of them; '
+    'absolute times (samples/s, µs per batch) are reported, never judged. Any regression exits 1, and so does a '
+    'release without a baseline where its device has some.'
 )

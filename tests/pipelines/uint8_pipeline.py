@@ -1,0 +1,50 @@
+"""A user's pipeline module, as ``compatshim bench --pipeline uint8_pipeline:pipeline`` imports it: it never imports
+compatshim and returns a plain mapping. uint8 NCHW images from a collate, normalised (mean/std in 0-255 units) and
+cropped on the device, as MosaicML's ImageNet recipe does.
+
+The tests plant regressions through the environment: ``PIPELINE_SLOWER=1`` makes the transform do its work twice (2x
+slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the bytes).
+"""
+
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+MEAN = torch.tensor([0.485 * 255, 0.456 * 255, 0.406 * 255]).view(1, 3, 1, 1)
+STD = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255]).view(1, 3, 1, 1)
+
+
+def collate(samples):
+    images = torch.stack([image for image, _ in samples])
+    labels = torch.stack([label for _, label in samples]).to(torch.int64)
+    if os.environ.get('PIPELINE_FLOAT32') == '1':
+        images = images.float()
+    return images, labels
+
+
+class Normalize:
+    """uint8 -> float32, normalised, one random crop for the whole batch (one draw per call)."""
+
+    def __init__(self, repeat=1):
+        self.repeat = repeat
+        self.gen = torch.Generator().manual_seed(0)
+
+    def __call__(self, batch):
+        x, y = batch
+        for _ in range(self.repeat):
+            out = (x.float() - MEAN.to(x.device)) / STD.to(x.device)
+            out = torch.nn.functional.pad(out, (4, 4, 4, 4))
+            top, left = (int(v) for v in torch.randint(0, 9, (2,), generator=self.gen))
+            out = out[:, :, top : top + x.shape[-2], left : left + x.shape[-1]]
+            out = torch.nn.functional.avg_pool2d(out, 3, stride=1, padding=1)
+        return out, y
+
+
+def pipeline():
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (256, 3, 48, 48), generator=gen, dtype=torch.uint8)
+    labels = torch.randint(0, 10, (256,), generator=gen)
+    loader = DataLoader(TensorDataset(images, labels), batch_size=32, collate_fn=collate, drop_last=True)
+    repeat = 2 if os.environ.get('PIPELINE_SLOWER') == '1' else 1
+    return {'dataloader': loader, 'transform': Normalize(repeat), 'microbatch_size': 16}
