@@ -121,8 +121,9 @@ def _pipeline_command(args: argparse.Namespace) -> int:
         baseline = results.load_pipeline(directory, args.compare) if args.compare else None
         from compatshim.bench import pipeline
 
-        loaded = pipeline.load(args.pipeline)
         size = 'quick' if args.quick else 'default'
+        pipeline.check_counts(size, args.steps, args.rounds)
+        loaded = pipeline.load(args.pipeline)
         result = pipeline.measure(
             args.pipeline, loaded, args.device, size, sys.stderr, steps=args.steps, rounds=args.rounds
         )

@@ -52,6 +52,7 @@ from compatshim.bench.results import LegResult, PipelineResult, now
 
 __all__ = [
     'SIZES',
+    'check_counts',
     'WAIT_LIMIT',
     'Pipeline',
     'PipelineError',
@@ -366,8 +367,6 @@ def measure(
 
     if device_kind not in DEVICES:
         raise ValueError(f'unknown device {device_kind!r}; choose one of {", ".join(DEVICES)}')
-    if size not in SIZES:
-        raise ValueError(f'unknown size {size!r}; choose one of {", ".join(SIZES)}')
     present: dict[str, Callable[[], bool]] = {
         'cuda': torch.cuda.is_available,
         'mps': lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
@@ -379,11 +378,8 @@ def measure(
         raise ValueError('Composer (mosaicml) is not installed')
     if compatshim.status().patches:
         raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
+    steps, rounds = check_counts(size, steps, rounds)
     allocator = timing.pin_allocator()
-    steps, rounds = steps or SIZES[size][0], rounds or SIZES[size][1]
-    for what, value in (('steps', steps), ('rounds', rounds)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f'{what} must be an int >= 1, got {value!r}')
     started = time.perf_counter()
 
     def say(message: str) -> None:
@@ -443,6 +439,21 @@ def measure(
     )
     result.verdicts = verdicts(result)
     return result
+
+
+def check_counts(size: str, steps: Optional[int], rounds: Optional[int]) -> tuple[int, int]:
+    """Steps per window and rounds: the size's, unless given.
+
+    Raises:
+        ValueError: An unknown size, or steps or rounds that are not an int >= 1.
+    """
+    if size not in SIZES:
+        raise ValueError(f'unknown size {size!r}; choose one of {", ".join(SIZES)}')
+    counts = (SIZES[size][0] if steps is None else steps, SIZES[size][1] if rounds is None else rounds)
+    for what, value in zip(('steps', 'rounds'), counts):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f'{what} must be an int >= 1, got {value!r}')
+    return counts
 
 
 def _rounds(runs: list[_Run], device_kind: str, rounds: int, say: Callable[[str], None]) -> None:
@@ -537,11 +548,11 @@ def _git_commit() -> Optional[str]:
 def _fingerprint(
     name: str, device_kind: str, size: str, steps: int, rounds: int, samples: int, pipeline: Pipeline
 ) -> dict[str, Any]:
-    gpu: dict[str, Any] = {}
-    if device_kind == 'cuda':
-        gpu = {'gpu': torch.cuda.get_device_name(), 'cuda': torch.version.cuda, 'driver': _nvidia_driver()}
-    elif device_kind == 'mps':
-        gpu = {'gpu': f'Apple MPS ({platform.machine()})'}
+    accelerator: dict[str, Callable[[], dict[str, Any]]] = {
+        'cuda': lambda: {'gpu': torch.cuda.get_device_name(), 'cuda': torch.version.cuda, 'driver': _nvidia_driver()},
+        'mps': lambda: {'gpu': f'Apple MPS ({platform.machine()})'},
+    }
+    gpu = accelerator.get(device_kind, dict)()
     return {
         'pipeline': name,
         'size': {'name': size, 'steps': steps, 'rounds': rounds},

@@ -1,0 +1,197 @@
+"""``compatshim bench --pipeline``: a user's pipeline module (``tests/pipelines/uint8_pipeline.py``: a plain mapping,
+uint8 images normalised and cropped on the device, no import of compatshim) benchmarked on this release, leg by leg,
+saved and compared, with the regressions a user's CI must catch planted, and every bad input refused in one line.
+
+In-process (``compatshim._cli.main``), once per family and on the forward torch. ``--quick`` runs are deterministic
+where they are judged: 3 rounds can never make a timing significant, and placement, calls and bytes are counts; the
+timing gate (a 2x slower transform) needs the default size and runs once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import COMPOSER, FAMILY, IS_AFFECTED
+
+from compatshim import _cli
+from compatshim._support import Family
+
+pytestmark = [pytest.mark.runs_in('family', 'forward'), pytest.mark.filterwarnings('ignore::UserWarning')]
+
+PIPELINES = Path(__file__).resolve().parents[1] / 'pipelines'
+SPEC = 'uint8_pipeline:pipeline'
+#: Where the transform runs without the shim, per family (the unpatched leg).
+UNPATCHED = {None: 'device', Family.HOST: 'host', Family.DROPPED: 'never called'}
+
+
+@pytest.fixture
+def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user's repository: their pipeline module in the current directory, where baselines go by default."""
+    for name in ('uint8_pipeline.py',):
+        (tmp_path / name).write_text((PIPELINES / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for variable in ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'COMPATSHIM_DISABLE'):
+        monkeypatch.delenv(variable, raising=False)
+    return tmp_path
+
+
+def _bench(capsys: Any, *args: str) -> tuple[int, str, str]:
+    code = _cli.main(['bench', '--pipeline', SPEC, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _leg_line(out: str, leg: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f'  {leg} '))
+
+
+def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any) -> None:
+    """Per leg: placement, calls, bytes by dtype, the step time; then the shim's factor and the input-bound verdict."""
+    code, out, _ = _bench(capsys, '--quick', '--json', 'result.json')
+    assert code == 0, out
+    result = json.loads((user_repo / 'result.json').read_text())
+    legs = result['legs']
+    assert result['kind'] == 'pipeline' and result['composer'] == COMPOSER
+    assert result['fingerprint']['git_commit'] is None  # not a git repository
+    for name in ('composer', 'torch', 'python', 'device', 'pipeline', 'samples_per_step'):
+        assert result['fingerprint'][name] is not None, name
+    pixels = 32 * 3 * 48 * 48  # a batch of uint8 images
+    if FAMILY is Family.REJECTED:
+        assert not legs['unpatched']['available'] and legs['unpatched']['reason'].startswith('TypeError: ')
+        assert 'n/a: TypeError' in _leg_line(out, 'unpatched') and 'unpatched cannot run here: TypeError' in out
+    else:
+        assert legs['unpatched']['placement'] == UNPATCHED[FAMILY]
+        assert UNPATCHED[FAMILY] in _leg_line(out, 'unpatched')
+    if FAMILY is Family.DROPPED:
+        assert 'unpatched never calls the transform here' in out
+    if IS_AFFECTED:
+        for leg in ('shim-batch', 'shim-microbatch'):
+            assert legs[leg]['placement'] == 'device' and legs[leg]['h2d_bytes_by_dtype']['uint8'] == pixels, leg
+        assert legs['shim-batch']['calls_per_step'] == 1 and legs['shim-microbatch']['calls_per_step'] == 2
+        assert 'stage batch vs microbatch: stage microbatch takes x' in out
+    else:
+        assert not legs['shim-batch']['available'] and 'the shim: this release runs device_transforms' in out
+    if FAMILY is Family.HOST:  # the transform on the host: float32 crosses, 4x the shim's bytes
+        assert 4 * pixels <= legs['unpatched']['h2d_bytes_by_dtype']['float32'] < 4 * pixels + 1024
+        assert 'the shim gives x' in out and 'over unpatched on this release (unpatched: host)' in out
+    native = FAMILY in (Family.DROPPED, Family.REJECTED)
+    assert legs['native-batch']['available'] is native and legs['native-microbatch']['available'] is native
+    if native:
+        assert legs['native-batch']['placement'] == 'host'
+        assert 4 * pixels <= legs['native-batch']['h2d_bytes_by_dtype']['float32'] < 4 * pixels + 1024
+    assert legs['ceiling']['placement'] == 'no transform' and legs['ceiling']['h2d_bytes_per_step'] < 1024
+    assert 'input-bound: ' in out and '(threshold 5%)' in out and 'with free data the step would be x' in out
+    for leg, found in legs.items():
+        if found['available']:
+            line = _leg_line(out, leg)
+            assert 'ms' in line and ('uint8' in line or leg == 'ceiling' or 'float32' in line), line
+
+
+def test_save_then_compare_and_the_regressions_a_ci_must_catch(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
+    """``--save`` then ``--compare`` on unchanged code: exit 0; a collate that yields float32 (4x the bytes), and the
+    kill switch in the comparing run (the shim legs' transform off the device): exit 1, naming the metric."""
+    code, out, _ = _bench(capsys, '--quick', '--save', 'main')
+    assert code == 0 and (user_repo / '.compatshim' / 'benchmarks' / 'main.json').is_file(), out
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    assert code == 0 and "compared with 'main'" in out and 'nothing worsened' in out, out
+    monkeypatch.setenv('PIPELINE_FLOAT32', '1')
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    assert code == 1, out
+    assert f'REGRESSION {SPEC} ceiling: bytes per step' not in out  # the ceiling's batches are transformed ones
+    legs = ['shim-batch', 'shim-microbatch'] if IS_AFFECTED else ['unpatched']
+    for leg in legs:
+        assert f'REGRESSION {SPEC} {leg}: bytes per step' in out and 'threshold exact' in out, out
+    monkeypatch.delenv('PIPELINE_FLOAT32')
+    monkeypatch.setenv('COMPATSHIM_DISABLE', '1')
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    if not IS_AFFECTED:  # nothing to switch off: the kill switch changes nothing here
+        assert code == 0, out
+        return
+    assert code == 1, out
+    assert f'REGRESSION {SPEC} shim-batch: placement: device in the baseline' in out, out
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main', '--save', 'main')
+    assert code == 1 and "not saved as 'main'" in out  # a worse run never replaces its baseline
+
+
+@pytest.mark.runs_in('family:rejected')
+def test_a_transform_twice_as_slow_fails_the_timing_gate(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
+    """At the default size (8 rounds), the transform doing its work twice (about 40% of the step): each leg that runs
+    it falls against the ceiling beside it, beyond the 20% minimum effect, and the compare exits 1 naming one."""
+    assert _bench(capsys, '--save', 'main')[0] == 0
+    monkeypatch.setenv('PIPELINE_SLOWER', '1')
+    code, out, _ = _bench(capsys, '--compare', 'main')
+    assert code == 1, out
+    legs = ('native-batch', 'native-microbatch', 'shim-batch', 'shim-microbatch')  # every leg that runs the transform
+    assert any(f'REGRESSION {SPEC} {leg}/ceiling' in out for leg in legs), out
+    assert f'REGRESSION {SPEC} ceiling' not in out
+
+
+@pytest.mark.parametrize(
+    ('args', 'message'),
+    [
+        (['--pipeline', 'uint8_pipeline'], "--pipeline 'uint8_pipeline' is not MODULE:CALLABLE"),
+        (['--pipeline', 'no_such_module:pipeline'], "cannot import 'no_such_module': ModuleNotFoundError"),
+        (['--pipeline', 'broken:pipeline'], "cannot import 'broken': ZeroDivisionError: division by zero"),
+        (['--pipeline', 'uint8_pipeline:missing'], "'uint8_pipeline' has no 'missing'"),
+        (['--pipeline', 'uint8_pipeline:MEAN'], 'uint8_pipeline:MEAN is Tensor, not a callable'),
+        (['--pipeline', 'wrong:raises'], 'wrong:raises() raised RuntimeError: no data here'),
+        (['--pipeline', 'wrong:a_list'], 'wrong:a_list() returned list, not a compatshim.bench.Pipeline or a mapping'),
+        (['--pipeline', 'wrong:no_transform'], 'wrong:no_transform() returned a mapping with no transform'),
+        (['--pipeline', 'wrong:extra_key'], "returned a mapping with unknown keys ['batch_size']"),
+        (['--pipeline', 'wrong:not_callable_transform'], 'transform is int, not a callable'),
+        (['--pipeline', SPEC, '--save', '../main'], "'../main' is not a baseline name"),
+        (['--pipeline', SPEC, '--compare', 'never-saved'], "no baseline 'never-saved' in .compatshim/benchmarks"),
+        (['--pipeline', SPEC, '--size', 'tiny'], '--pipeline does not take --size'),
+        (['--pipeline', SPEC, '--rounds', '0'], 'rounds must be an int >= 1, got 0'),
+        (['--save', 'main'], '--save go with --pipeline MODULE:CALLABLE'),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 30 else None,
+)
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
+    args: list[str], message: str, user_repo: Path, capsys: Any
+) -> None:
+    (user_repo / 'broken.py').write_text('1 / 0\n')
+    (user_repo / 'wrong.py').write_text(
+        'def raises():\n    raise RuntimeError("no data here")\n'
+        'def a_list():\n    return []\n'
+        'def no_transform():\n    return {"dataloader": [1, 2]}\n'
+        'def extra_key():\n    return {"dataloader": [1], "transform": abs, "batch_size": 8}\n'
+        'def not_callable_transform():\n    return {"dataloader": [1], "transform": 3}\n'
+    )
+
+    def files() -> set[Path]:
+        return {p for p in user_repo.rglob('*') if '__pycache__' not in p.parts}
+
+    before = files()
+    code = _cli.main(['bench', *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0] and 'Traceback' not in err[0], err
+    assert files() == before, 'nothing written'
+
+
+def test_the_pytest_fixture_holds_the_gate_beside_the_users_tests(user_repo: Path, pytester: pytest.Pytester) -> None:
+    """A user's test with ``compatshim_bench``: the first run saves the baseline, an unchanged one passes, a float32
+    collate fails the test naming the bytes."""
+    pytester.makepyfile(
+        test_gate=f"""
+        import os
+        def test_pipeline(compatshim_bench):
+            saved = os.path.exists('.compatshim/benchmarks/main.json')
+            result = compatshim_bench('{SPEC}', compare='main' if saved else None, save='main')
+            assert result.legs['ceiling'].placement == 'no transform'
+        """
+    )
+    pytester.chdir()
+    (pytester.path / 'uint8_pipeline.py').write_text((PIPELINES / 'uint8_pipeline.py').read_text())
+    pytester.syspathinsert(pytester.path)
+    assert pytester.runpytest('-p', 'no:cacheprovider', '-q').ret == 0  # saves
+    assert pytester.runpytest('-p', 'no:cacheprovider', '-q').ret == 0  # compares: unchanged
+    with pytest.MonkeyPatch.context() as environ:
+        environ.setenv('PIPELINE_FLOAT32', '1')
+        failed = pytester.runpytest('-p', 'no:cacheprovider', '-q')
+    assert failed.ret == 1
+    assert 'bytes per step' in failed.stdout.str() and 'worsened' in failed.stdout.str()
