@@ -31,7 +31,7 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
         {
             'compatshim doctor': 'fine: unaffected, or affected and the shim is enabled in this process and fixes it',
             'compatshim run -- COMMAND': "COMMAND's own exit code, whatever it is (the run replaces itself with it)",
-            'compatshim bench': 'measured (and, with --baselines, judged: no regression)',
+            'compatshim bench': 'measured (and, with --baselines or --pipeline --compare, judged: no regression)',
             'compatshim report': 'judged and written: no regression',
         },
     ),
@@ -41,7 +41,8 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
             'compatshim doctor': 'affected, and the shim fixes it here: add the one line (or use compatshim run); '
             'also when COMPATSHIM_DISABLE is set',
             'compatshim bench': 'with --baselines: a regression, or no baseline for this env where DIR holds some for '
-            'its device (the last lines name each; the result is written all the same)',
+            'its device; with --pipeline --compare: something worsened against the baseline (the lines name each; '
+            'the result is written all the same, a pipeline baseline is not replaced)',
             'compatshim report': 'a regression, or a release without a baseline where its device has some (the last '
             'lines name each; the report is written all the same)',
         },
@@ -53,7 +54,9 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
             'outside the support table without --allow-untested, or the --device asked for absent',
             'compatshim run -- COMMAND': 'nothing run: a setting that is not allowed, or no COMMAND given',
             'compatshim bench': 'nothing measured: bad input (an unknown size or device, a planted value out of range, '
-            'a missing --baselines directory), no Composer, or the --device asked for absent',
+            'a missing --baselines directory; with --pipeline: a bad MODULE:CALLABLE, an import error in your module, '
+            'a callable that returns no pipeline, a bad or missing baseline name), no Composer, or the --device asked '
+            'for absent; or nothing judged: a pipeline baseline that is not comparable',
             'compatshim report': 'nothing judged: bad input (a file that is not a result, no results, a missing '
             'baselines directory without --record)',
         },

@@ -217,3 +217,35 @@ def test_job_summary_of_a_device_the_runner_lacks(tmp_path: Path) -> None:
     assert '- skipped 1: COMPATSHIM_TEST_DEVICE=cuda, but torch.cuda.is_available() is False' in markdown
     assert len(warnings) == 1 and warnings[0].startswith('::warning title=composer0.28.0-cuda - device absent::')
     assert plan.summary('lint', tmp_path / 'missing.xml') == ('### lint: no JUnit results\n', [])
+
+
+def _user_workflow() -> str:
+    """The copy-and-run workflow of docs/ci.md (its one ```yaml block), as a user would save it."""
+    text = (ROOT / 'docs' / 'ci.md').read_text()
+    blocks = text.split('```yaml\n')[1:]
+    assert len(blocks) == 1, 'docs/ci.md holds one workflow'
+    return blocks[0].split('```')[0]
+
+
+def test_the_user_workflow_gates_pull_requests_and_saves_on_main() -> None:
+    workflow = yaml.safe_load(_user_workflow())
+    runs = [step.get('run', '') for job in workflow['jobs'].values() for step in job['steps']]
+    assert any('pytest --compatshim' in run for run in runs)
+    assert any('--compare main' in run for run in runs) and any('--save main' in run for run in runs)
+    assert any('--monitor=strict' in run for run in runs)
+    assert set(workflow['jobs']) == {'cpu', 'gpu'} and workflow['jobs']['gpu']['runs-on'] == [
+        'self-hosted',
+        'linux',
+        'gpu',
+    ]
+
+
+@needs_actionlint
+def test_actionlint_finds_nothing_in_the_user_workflow(tmp_path: Path) -> None:
+    """The workflow a user copies is clean: current action majors, expressions, its run: scripts through shellcheck;
+    its `gpu` label needs the label file, as the page says."""
+    (tmp_path / 'compatshim.yml').write_text(_user_workflow())
+    found = _actionlint(tmp_path, '-config-file', str(ROOT / '.github' / 'actionlint.yaml'), 'compatshim.yml')
+    assert found.returncode == 0, found.stdout + found.stderr
+    unlabelled = _actionlint(tmp_path, 'compatshim.yml')
+    assert unlabelled.returncode == 1 and 'label "gpu" is unknown' in unlabelled.stdout, unlabelled.stdout
