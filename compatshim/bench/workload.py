@@ -40,8 +40,10 @@ __all__ = [
 #: The version of the workloads' code: bump it with any change to what a leg or a probe measures (loaders, models,
 #: transforms, sizes, the overhead probes). A baseline of another version is *not comparable*
 #: (``compatshim.bench.metrics.comparable``): re-record. 2: the probes sampled in every round, and their direct path on
-#: a plain device (on 0.25–0.26 at stage microbatch it had run the transform twice).
-VERSION = 2
+#: a plain device (on 0.25–0.26 at stage microbatch it had run the transform twice). 3: bytes per step as the monitor
+#: counts them, per step (the count installed before the Trainer spread Composer's seed broadcast at its construction
+#: over the 2 steps: 4 bytes more), and the monitor's own cost with its wait for data and its early checks.
+VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
