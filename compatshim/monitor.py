@@ -339,7 +339,7 @@ class TransformMonitor(Callback):
             return
         label, watched = self._open
         wait = self._fetched() if self._wait is None else self._wait
-        step = time.perf_counter() - self._since
+        elapsed = time.perf_counter() - self._since  # the step's host wall time (``step`` is its number)
         self._open = self._early = None
         loop = self._loops.setdefault(label, _Loop())
         metrics: dict[str, float] = {}
@@ -369,7 +369,7 @@ class TransformMonitor(Callback):
         loop.dtypes.update(moved)
         self._steps_in_all[label] = self._steps_in_all.get(label, 0) + 1
         loop.waits.append(wait)
-        loop.shares.append(wait / step if step > 0 else 0.0)
+        loop.shares.append(wait / elapsed if elapsed > 0 else 0.0)
         metrics[f'data/{label}/wait_ms'] = wait * 1e3
         metrics[f'data/{label}/wait_share'] = loop.shares[-1]
         metrics[f'data/{label}/bytes_to_device'] = total

@@ -19,7 +19,7 @@ from compatshim.bench import rule
 from compatshim.bench.rule import Kind
 
 if TYPE_CHECKING:
-    from compatshim.bench.results import BenchResult
+    from compatshim.bench.results import Result
 
 __all__ = [
     'CHECKED_LEGS',
@@ -83,21 +83,21 @@ class Metric:
         if self.gated != 'never' and not self.kind.sentence():
             raise ValueError(f'metric {self.id!r}: a {self.kind.name} is reported, never gated')
 
-    def applies(self, result: BenchResult) -> bool:
+    def applies(self, result: Result) -> bool:
         """Whether this metric means something on ``result``'s release (gated there, or reported)."""
         return {'affected': result.affected, 'unaffected': not result.affected}.get(self.gated, True)
 
-    def gated_for(self, result: BenchResult) -> bool:
+    def gated_for(self, result: Result) -> bool:
         """Whether this metric is judged on ``result`` (its release, device and size)."""
         size = result.fingerprint.get('size', {}).get('name')
         where = self.gated != 'never' and self.applies(result) and result.device in self.devices
         return where and (self.kind.sizes is None or size in self.kind.sizes)
 
-    def read(self, result: Optional[BenchResult]) -> list[Any]:
+    def read(self, result: Optional[Result]) -> list[Any]:
         """Its samples in ``result`` (empty: not measured there)."""
         return [] if result is None else self.kind.read(self.source, result)
 
-    def show(self, result: Optional[BenchResult]) -> str:
+    def show(self, result: Optional[Result]) -> str:
         """Its samples in ``result`` as a report cell."""
         return self.kind.show(self.read(result))
 

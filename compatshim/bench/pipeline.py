@@ -40,7 +40,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO, cast
 
 import torch
 
@@ -105,10 +105,13 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
             'and transform'
         )
     problems = []
-    if not hasattr(made.dataloader, '__iter__'):
-        problems.append(f'dataloader is {type(made.dataloader).__name__}, not an iterable of batches')
-    if not callable(made.transform):
-        problems.append(f'transform is {type(made.transform).__name__}, not a callable')
+    # The fields come from the user's callable (a plain mapping, as often as not): whatever their annotations say.
+    loader, transform = cast(Any, made.dataloader), cast(Any, made.transform)
+    count = cast(Any, made.get_num_samples_in_batch)
+    if not hasattr(loader, '__iter__'):
+        problems.append(f'dataloader is {type(loader).__name__}, not an iterable of batches')
+    if not callable(transform):
+        problems.append(f'transform is {type(transform).__name__}, not a callable')
     if made.model is not None:
         from composer.models import ComposerModel
 
@@ -117,7 +120,7 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
     size = made.microbatch_size
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         problems.append(f'microbatch_size is {size!r}, not an int >= 1')
-    if made.get_num_samples_in_batch is not None and not callable(made.get_num_samples_in_batch):
+    if count is not None and not callable(count):
         problems.append('get_num_samples_in_batch is not a callable')
     if problems:
         raise PipelineError(f'{name}(): ' + '; '.join(problems))
@@ -202,7 +205,8 @@ class _Source:
     """One iterator over your dataloader, shared by every leg (one set of workers), started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader, self._iterator = loader, None
+        self.loader = loader
+        self._iterator: Optional[Iterator[Any]] = None
 
     def next(self) -> Any:
         for _ in range(2):
@@ -253,7 +257,7 @@ def _consumer() -> Any:
 
         def forward(self, batch: Any) -> torch.Tensor:
             touched = [t.reshape(-1)[:1].float().sum() for t in _tensors(batch)]
-            return self.weight + 0 * (sum(touched) if touched else 0)  # type: ignore[no-any-return]
+            return self.weight + 0 * (sum(touched) if touched else 0)
 
         def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
             return outputs
@@ -579,7 +583,8 @@ def _nvidia_driver() -> Optional[str]:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return (found.stdout.strip().splitlines() or [None])[0] if found.returncode == 0 else None
+    lines = found.stdout.strip().splitlines() if found.returncode == 0 else []
+    return lines[0] if lines else None
 
 
 # --- what it says -----------------------------------------------------------------------------------------------------

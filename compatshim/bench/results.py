@@ -29,6 +29,7 @@ __all__ = [
     'PIPELINE_DIR',
     'PipelineResult',
     'Recipe',
+    'Result',
     'baseline_for',
     'baseline_path',
     'gather',
@@ -207,6 +208,9 @@ class PipelineResult:
         legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
         return cls(legs=legs, **data)
 
+
+#: A result the rule judges: one release's reference bench, or one run of a user's pipeline.
+Result = Union[BenchResult, PipelineResult]
 
 #: Where ``compatshim bench --pipeline --save/--compare`` keep baselines, in the repository it runs from.
 PIPELINE_DIR = Path('.compatshim') / 'benchmarks'

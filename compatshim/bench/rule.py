@@ -14,10 +14,10 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any, Optional
 
-from compatshim.bench.results import quartiles
+from compatshim.bench.results import BenchResult, Overheads, quartiles
 
 if TYPE_CHECKING:
-    from compatshim.bench.results import BenchResult
+    from compatshim.bench.results import Result
 
 __all__ = [
     'ALPHA',
@@ -132,7 +132,7 @@ class Kind:
         """Its part of :data:`RULE` (empty: never judged)."""
         return ''
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         """The metric's samples in ``result`` (empty: not measured there)."""
         raise NotImplementedError
 
@@ -191,7 +191,7 @@ class Ratio(_Relative):
     name = 'same-run ratio'
     unit = '×'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         a, b = result.legs.get(source[0]), result.legs.get(source[1])
         if a is None or b is None:
             return []
@@ -210,7 +210,7 @@ class Beside(Ratio):
 
     name = 'ratio to the ceiling'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         leg = result.legs.get(source[0])
         return [] if leg is None else [c / t for t, c in zip(leg.round_s, leg.beside_s)]
 
@@ -229,8 +229,8 @@ class Overhead(_Relative):
     unit = '×'
     higher_is_better = False
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
-        found = result.overheads.get(source[0])
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
+        found = _probe(source[0], result)
         return [] if found is None else [p / d for p, d in zip(found.path_s, found.direct_s)]
 
     def sentence(self) -> str:
@@ -247,8 +247,8 @@ class Figure(Kind):
     name = 'figure'
     unit = ' µs/batch'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
-        found = result.overheads.get(source[0])
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
+        found = _probe(source[0], result)
         if found is None:
             return []
         return [(p - d) / found.calls * 1e6 for p, d in zip(found.path_s, found.direct_s)]
@@ -270,8 +270,8 @@ class Share(Kind):
     def __init__(self, limit: float, sizes: tuple[str, ...]) -> None:
         self.limit, self.sizes = limit, sizes
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
-        found, leg = result.overheads.get(source[0]), result.legs.get(source[1])
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
+        found, leg = _probe(source[0], result), result.legs.get(source[1])
         if found is None or leg is None or not leg.round_s:
             return []
         steps = float(result.fingerprint['size']['steps'])
@@ -311,7 +311,7 @@ class Bytes(Kind):
     name = 'count'
     unit = ' bytes/step'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         leg = _leg(source, result)
         return [float(leg.h2d_bytes_per_step)] if leg is not None and leg.available else []
 
@@ -338,7 +338,7 @@ class Placement(Kind):
 
     name = 'placement'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         leg = _leg(source, result)
         return [] if leg is None else [leg.placement if leg.available else f'unavailable ({leg.reason})']
 
@@ -365,7 +365,7 @@ class Count(Kind):
     name = 'calls'
     unit = ' calls/step'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         leg = _leg(source, result)
         return [float(leg.calls_per_step)] if leg is not None and leg.available else []
 
@@ -396,7 +396,7 @@ class Check(Kind):
     def sentence(self) -> str:
         return f'a check that fails ({self.what})'
 
-    def read(self, source: tuple[str, ...], result: BenchResult) -> list[Any]:
+    def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         problem = self._find(source, result)
         return [] if problem is None else [problem]
 
@@ -410,7 +410,7 @@ class Check(Kind):
         return 'ok' if samples and not samples[0] else samples[0] if samples else '—'
 
 
-def _placement(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
+def _placement(source: tuple[str, ...], result: Result) -> Optional[str]:
     """A checked leg (``source``: workload, leg) ran on the device, and stage batch once per step."""
     leg, name = _leg(source, result), source[1]
     if leg is None or not leg.available:
@@ -422,7 +422,14 @@ def _placement(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
     return ''
 
 
-def _nothing_patched(source: tuple[str, ...], result: BenchResult) -> Optional[str]:
+def _probe(name: str, result: Result) -> Optional[Overheads]:
+    """An overhead probe's samples: only the reference bench has probes (a pipeline run measures none)."""
+    return result.overheads.get(name) if isinstance(result, BenchResult) else None
+
+
+def _nothing_patched(source: tuple[str, ...], result: Result) -> Optional[str]:
+    if not isinstance(result, BenchResult):
+        return None  # a pipeline run does not record what enable() patched: not checked there
     patched = ', '.join(result.patched_by_enable)
     return f'enable() patched {patched}' if patched else ''
 

@@ -535,3 +535,59 @@ def test_device_time_is_read_a_step_late_without_waiting() -> None:
     assert clock.collect() == [(1, 0.0015)]  # read at the end of step 2, belonging to step 1
     assert waited == []
     assert clock.collect(final=True) == [(2, 0.0015)] and waited == [1]
+
+
+@pytest.mark.runs_in('family')
+def test_device_time_is_logged_at_the_step_it_belongs_to() -> None:
+    """On cuda/mps a transform's time comes from events read a step or more later; the monitor logs it with the step
+    number of the step it measured, which a destination (WandB, MLflow, ...) receives, never anything else."""
+    from composer.core import DataSpec
+    from composer.loggers import LoggerDestination
+
+    from compatshim._recorder import _EventClock
+    from compatshim.monitor import TransformMonitor
+
+    class Event:  # finished by its second query: read one step late, as on a busy GPU
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def record(self) -> None:
+            pass
+
+        def query(self) -> bool:
+            self.polls += 1
+            return self.polls > 1
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Any) -> float:
+            return 2.0
+
+    class EventMonitor(TransformMonitor):
+        def init(self, state: Any, logger: Any) -> None:
+            super().init(state, logger)
+            self._clock = _EventClock(Event)
+
+    class Steps(LoggerDestination):
+        def __init__(self) -> None:
+            self.seen: dict[str, list[Any]] = {}
+
+        def log_metrics(self, metrics: dict[str, Any], step: Optional[int] = None) -> None:
+            for key in metrics:
+                self.seen.setdefault(key, []).append(step)
+
+    steps = Steps()
+    with compatshim.enabled('batch'):
+        t, _ = trainer(
+            make_device(),
+            train_dataloader=DataSpec(loader(32), device_transforms=Probe()),
+            max_duration='4ba',
+            callbacks=[EventMonitor()],
+            loggers=[steps],
+        )
+        t.fit()
+    calls, timed = steps.seen['data/train/device_transforms/calls'], steps.seen['data/train/device_transforms/time_ms']
+    assert len(calls) == 4 and len(timed) == 4, (calls, timed)
+    assert sorted(timed) == sorted(calls), f'time logged at steps {timed}, its steps were {calls}'
+    assert all(isinstance(step, int) for step in timed), timed
