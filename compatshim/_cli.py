@@ -248,7 +248,15 @@ def _report_command(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``compatshim`` console script and ``python -m compatshim``."""
-    parser = argparse.ArgumentParser(prog='compatshim', description='Composer device_transforms compatibility shim.')
+    args = parser().parse_args(argv)
+    return int(args.func(args))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``compatshim`` command's parser, every subcommand and option (the docs' CLI reference renders it)."""
+    parser = argparse.ArgumentParser(
+        prog='compatshim', description="Composer's device_transforms on the accelerator again, and the means to see it."
+    )
     sub = parser.add_subparsers(dest='subcommand', required=True)
 
     run = sub.add_parser(
@@ -258,7 +266,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         description='Run COMMAND with the shim enabled in every Python process of the run that imports Composer '
         '(launcher ranks, multiprocessing children, subprocesses), without editing any script.',
     )
-    run.add_argument('--stage', choices=STAGES, default=None, help='default stage (default: batch)')
+    run.add_argument(
+        '--stage',
+        choices=STAGES,
+        default=None,
+        help='the default stage of every enable() in the run, as COMPATSHIM_STAGE (default: batch)',
+    )
     run.add_argument(
         '--allow-untested',
         action='store_true',
@@ -283,7 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         '--stage',
         choices=STAGES,
         default=None,
-        help="stage the self-check enables (default: this process's, else batch)",
+        help="stage the self-check enables (default: this process's, else COMPATSHIM_STAGE, else batch)",
     )
     doctor.add_argument(
         '--allow-untested',
@@ -367,5 +380,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rep.add_argument('--no-png', action='store_true', help='skip the charts (no matplotlib needed)')
     rep.set_defaults(func=_report_command)
 
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    return parser

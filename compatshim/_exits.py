@@ -1,5 +1,5 @@
-"""Every exit code of the ``compatshim`` commands, in one table: the code uses the constants, the README and the docs
-render :data:`TABLE` (``tests/unit/test_docs.py`` holds the README's copy to it). Imports nothing.
+"""Every exit code of the ``compatshim`` commands, in one table: the code uses the constants, docs/tables.py
+writes :data:`TABLE` into docs/doctor.md (``tests/unit/test_docs.py`` fails while that copy is stale). Imports nothing.
 
 Exit 2 means one thing everywhere: *nothing was done*, because the input (an option, a setting, a file) is not
 allowed or the environment cannot answer the question asked (the doctor: Composer or torch missing, a release

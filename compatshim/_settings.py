@@ -35,6 +35,7 @@ __all__ = [
     'kill_switch_on',
     'monitor',
     'resolve',
+    'settings_markdown',
     'variables_markdown',
 ]
 
@@ -78,6 +79,40 @@ def variables_markdown() -> str:
     """:data:`VARIABLES` as a Markdown table."""
     rows = ['| variable | set by | meaning |', '|---|---|---|']
     return '\n'.join(rows + [f'| `{name}` | {by} | {meaning} |' for name, by, meaning in VARIABLES])
+
+
+#: Every setting: (setting, in code, environment, on the command line, default). Where several are given, the first
+#: column that gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s).
+SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        'stage',
+        '`DataSpec(..., data_transfer_stage=)` for one DataSpec; `enable(stage=)`',
+        f'`{STAGE_VAR}`',
+        '`compatshim run --stage`, `compatshim doctor --stage`, `pytest --compatshim=STAGE`',
+        '`batch`',
+    ),
+    (
+        'allow untested releases',
+        '`enable(allow_untested=True)`',
+        f'`{ALLOW_UNTESTED_VAR}`',
+        '`compatshim run --allow-untested`, `compatshim doctor --allow-untested`',
+        'off: a release outside the support table is refused with a warning',
+    ),
+    ('kill switch', '—', f'`{KILL_SWITCH}`', '—', 'off; nothing overrides it when on'),
+    (
+        'the monitor on every Trainer',
+        '`TransformMonitor(strict=...)` among your callbacks',
+        f'`{MONITOR_VAR}`',
+        '`compatshim run --monitor[=strict]`',
+        'off',
+    ),
+)
+
+
+def settings_markdown() -> str:
+    """:data:`SETTINGS` as a Markdown table."""
+    rows = ['| setting | in code | environment | command line | default |', '|---|---|---|---|---|']
+    return '\n'.join(rows + [f'| {a} | {b} | {c} | {d} | {e} |' for a, b, c, d, e in SETTINGS])
 
 
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')

@@ -190,7 +190,7 @@ def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, A
 def diagnose(
     device: Optional[str] = None, *, stage: Optional[str] = None, allow_untested: Optional[bool] = None
 ) -> dict[str, Any]:
-    """Gather the doctor's findings as a JSON-ready dict (see the README for its fields).
+    """Gather the doctor's findings as a JSON-ready dict (its fields: docs/doctor.md).
 
     Never changes the calling process's shim state: the self-check runs in a child process.
 

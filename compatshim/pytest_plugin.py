@@ -6,6 +6,7 @@ adds the options and the fixtures below (which import torch and Composer only wh
 Options::
 
     pytest --compatshim=batch         # compatshim.enable(stage='batch') for the session (or =microbatch)
+    pytest --compatshim               # compatshim.enable(): COMPATSHIM_STAGE, else batch
     pytest --compatshim-device=cuda   # the device the fixtures give (default: cpu, the fake accelerator)
 
 Fixtures:
@@ -16,8 +17,8 @@ Fixtures:
 * ``compatshim_probe``: :class:`compatshim.testing.PlacementProbe`, which wraps a transform so that each call records
   where it saw its batch;
   ``probe.assert_on_device()`` fails with what it saw (never called, on the host, mixed).
-* ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else ``batch``), disabled
-  after it unless the session enabled it.
+* ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else as ``enable()`` reads it:
+  ``COMPATSHIM_STAGE``, else ``batch``), disabled after it unless the session enabled it.
 * ``compatshim_bench``: ``compatshim_bench(pipeline, compare='main')`` benchmarks your pipeline as
   ``compatshim bench --pipeline`` does (a :class:`compatshim.bench.Pipeline`, a mapping of its fields, or
   ``'MODULE:CALLABLE'``), returns the :class:`~compatshim.bench.results.PipelineResult`, and fails the test when the
@@ -34,6 +35,8 @@ import pytest
 __all__: list[str] = []
 
 _ENABLED_BY_SESSION = pytest.StashKey[bool]()
+#: What a bare ``--compatshim`` stands for: the stage ``enable()`` reads itself (``COMPATSHIM_STAGE``, else ``batch``).
+_DEFAULT_STAGE = 'default'
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,12 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         '--compatshim',
         nargs='?',
-        const='batch',
+        const=_DEFAULT_STAGE,
         default=None,
-        choices=STAGES,
+        choices=(*STAGES, _DEFAULT_STAGE),
         metavar='STAGE',
-        help=f'enable the shim for the session at STAGE ({" or ".join(STAGES)}; default batch). '
-        'Write it as --compatshim=STAGE before test paths.',
+        help=f'enable the shim for the session at STAGE ({" or ".join(STAGES)}; bare: COMPATSHIM_STAGE, else batch, '
+        'as enable() reads it). Write it as --compatshim=STAGE before test paths.',
     )
     group.addoption(
         '--compatshim-device',
@@ -67,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import compatshim
 
     try:
-        compatshim.enable(stage=stage)
+        compatshim.enable(stage=None if stage == _DEFAULT_STAGE else stage)
     except compatshim.CompatShimError as exc:  # a bad setting, no Composer: a usage error, named in one line
         raise pytest.UsageError(str(exc)) from None
     config.stash[_ENABLED_BY_SESSION] = True
@@ -141,7 +144,8 @@ def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.config.stash.get(_ENABLED_BY_SESSION, False):
         yield compatshim.status()
         return
-    compatshim.enable(stage=request.config.getoption('compatshim') or 'batch')
+    stage = request.config.getoption('compatshim')
+    compatshim.enable(stage=None if stage in (None, _DEFAULT_STAGE) else stage)
     try:
         yield compatshim.status()
     finally:

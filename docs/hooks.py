@@ -1,37 +1,20 @@
-"""MkDocs hooks: the tables that exist in code are rendered from it, never copied (``<!-- generated: NAME -->``)."""
+"""MkDocs hooks: a page whose generated tables are stale fails the build (``python docs/tables.py`` renders them
+into the Markdown itself, so that GitHub and PyPI show the same text as the site)."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compatshim import _exits, _settings, _support
-from compatshim.bench import rule
-
-GENERATED = {
-    'support-table': _support.markdown_table,
-    'exit-codes': _exits.markdown,
-    'environment': _settings.variables_markdown,
-    'rule': lambda: rule.RULE,
-}
-MARKER = re.compile(r'<!-- generated: ([a-z-]+) -->')
-
-
-def render(markdown: str) -> str:
-    """``markdown`` with every marker replaced by its table (an unknown marker is an error)."""
-
-    def table(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in GENERATED:
-            raise ValueError(f'docs: unknown generated table {name!r}; known: {", ".join(GENERATED)}')
-        return GENERATED[name]()
-
-    return MARKER.sub(table, markdown)
+import tables  # docs/tables.py, beside this file
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    return render(markdown)
+    if tables.refresh(markdown) != markdown:
+        page = kwargs.get('page')
+        where = getattr(getattr(page, 'file', None), 'src_path', 'a page')
+        raise ValueError(f'docs: a generated table in {where} is stale; run python docs/tables.py')
+    return markdown

@@ -6,7 +6,9 @@
 Fails (exit 1, naming each problem) unless:
 
 * ``twine check --strict`` passes (the long description renders; with ``--build``);
-* there is exactly one wheel and one sdist, both of the version in ``compatshim/__init__.py`` (the single source);
+* there is exactly one wheel and one sdist, both of the version in ``compatshim/__init__.py`` (the single source),
+  which is the newest release in ``CHANGELOG.md``;
+* the metadata names the project's URLs (Documentation, Source, Issues, Changelog);
 * the wheel holds only the ``compatshim`` package (every module a file of this checkout, so nothing stale from an old
   build directory), ``py.typed``, the ``compatshim`` console script and the ``pytest11`` entry point — no tests, no
   baselines, no reports, no ``matrix/``;
@@ -28,6 +30,14 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _changelog_version() -> str:
+    """The newest release of CHANGELOG.md: its first ``## [X.Y.Z]`` heading (``## [Unreleased]`` is none)."""
+    for line in (ROOT / 'CHANGELOG.md').read_text().splitlines():
+        if line.startswith('## [') and not line.startswith('## [Unreleased]'):
+            return line[4:].split(']')[0]
+    raise SystemExit('CHANGELOG.md has no release')
 
 
 def _version() -> str:
@@ -86,6 +96,14 @@ def check(dist: Path) -> list[str]:
         problems.append('the wheel has no compatshim/py.typed')
     if metadata['Version'] != version:
         problems.append(f'metadata Version {metadata["Version"]} != compatshim.__version__ {version}')
+    released = _changelog_version()
+    if metadata['Version'] != released:
+        problems.append(
+            f'metadata Version {metadata["Version"]} is not the newest release in CHANGELOG.md ({released})'
+        )
+    urls = {url.split(',')[0].strip() for url in metadata.get_all('Project-URL') or []}
+    if urls != {'Documentation', 'Source', 'Issues', 'Changelog'}:
+        problems.append(f'Project-URL names {sorted(urls)}, expected Documentation, Source, Issues, Changelog')
     requires = metadata.get_all('Requires-Dist') or []
     plain = [r for r in requires if 'extra ==' not in r]
     if [r.split('>')[0].split('=')[0].strip().lower() for r in plain] != ['packaging']:

@@ -7,7 +7,7 @@ spawn/forkserver children, subprocesses — inherits both. Its ``sitecustomize``
 any ``sitecustomize`` that was already there and arms an import hook that calls ``compatshim.enable()`` once Composer
 has been imported. A process that never imports Composer imports nothing of torch, Composer or ``compatshim``.
 
-Environment (documented in the README):
+Environment (docs/configuration.md has every setting, its default and precedence):
 
 - ``COMPATSHIM_STAGE``: the default stage of ``enable()`` (``batch`` or ``microbatch``);
 - ``COMPATSHIM_ALLOW_UNTESTED``: ``1`` to patch an untested release whose code has a known shape;

@@ -250,3 +250,15 @@ def test_enable_twice_with_different_stages_changes_the_default() -> None:
     with pytest.raises(ValueError, match="choose one of 'batch', 'microbatch'"):
         compatshim.enable(stage='epoch')
     assert compatshim.status().stage == 'microbatch'  # a bad second call changes nothing
+
+
+@NEEDS_PATCH
+@pytest.mark.runs_in('family')
+def test_bare_pytest_compatshim_reads_the_stage_as_enable_does(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pytest --compatshim`` (no stage) enables the shim as ``enable()`` would: COMPATSHIM_STAGE first."""
+    monkeypatch.setenv('COMPATSHIM_STAGE', 'microbatch')
+    pytester.makepyfile('import compatshim\ndef test_stage():\n    assert compatshim.status().stage == "microbatch"\n')
+    assert pytester.runpytest('--compatshim', '-p', 'no:cacheprovider').ret == 0
+    assert pytester.runpytest('--compatshim=batch', '-p', 'no:cacheprovider').ret == 1  # an explicit stage wins

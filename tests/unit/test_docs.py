@@ -23,6 +23,7 @@ DOCS = ROOT / 'docs'
 sys.path.insert(0, str(DOCS))
 
 import hooks  # noqa: E402
+import tables  # noqa: E402
 
 needs_mkdocs = pytest.mark.skipif(importlib.util.find_spec('mkdocs') is None, reason='runs in tox -e docs')
 
@@ -42,11 +43,6 @@ def test_readme_is_a_page_with_the_fix_on_its_first_screen() -> None:
     assert 'compatshim.enable()' in first_screen and 'device_transforms' in first_screen
 
 
-def test_readme_tables_are_the_code_s() -> None:
-    readme = (ROOT / 'README.md').read_text()
-    assert _support.markdown_table() in readme
-
-
 def test_every_page_is_in_the_navigation_and_every_link_of_the_readme_is_there() -> None:
     config = yaml.safe_load((ROOT / 'mkdocs.yml').read_text().replace('!!python', '#'))
     nav = _nav(config['nav'])
@@ -55,16 +51,46 @@ def test_every_page_is_in_the_navigation_and_every_link_of_the_readme_is_there()
         assert target in nav, target
 
 
-def test_generated_tables_render_from_the_code() -> None:
-    for page in DOCS.glob('*.md'):
-        rendered = hooks.render(page.read_text())
-        assert '<!-- generated:' not in rendered, page.name
-    assert _exits.markdown() in hooks.render('<!-- generated: exit-codes -->')
-    assert hooks.render('<!-- generated: environment -->') == _settings.variables_markdown()
-    assert hooks.render('<!-- generated: rule -->') == rule.RULE
+def test_every_generated_table_in_the_markdown_is_the_code_s() -> None:
+    """GitHub, PyPI and the site show the same tables: each is written into its Markdown file between markers, and
+    every committed copy is what the code renders now (``python docs/tables.py`` refreshes them)."""
+    assert tables.stale() == [], 'run python docs/tables.py'
+    found = {m.group(2) for path in tables.FILES for m in tables.BLOCK.finditer(path.read_text())}
+    assert found == set(tables.GENERATED), 'every table is shown somewhere, and only known ones'
+    readme = (ROOT / 'README.md').read_text()
+    assert '<!-- begin generated: support-table -->\n' + _support.markdown_table() in readme
     assert all(f'`{name}`' in _settings.variables_markdown() for name, _, _ in _settings.VARIABLES)
+    assert tables.refresh('<!-- begin generated: rule -->\n<!-- end generated: rule -->') == (
+        f'<!-- begin generated: rule -->\n{rule.RULE}\n<!-- end generated: rule -->'
+    )
     with pytest.raises(ValueError, match='unknown generated table'):
-        hooks.render('<!-- generated: no-such-table -->')
+        tables.refresh('<!-- begin generated: no-such-table -->\n<!-- end generated: no-such-table -->')
+
+
+def test_a_stale_copy_fails_the_check_and_the_site_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table edited by hand (or code changed without a refresh): ``--check`` exits 1 naming the file; the MkDocs
+    hook refuses the page."""
+    page = (DOCS / 'support.md').read_text()
+    edited = page.replace('| 0.28.0 |', '| 0.28.9 |', 1)
+    assert edited != page and tables.refresh(edited) == page
+    (tmp_path / 'support.md').write_text(edited)
+    assert tables.stale([tmp_path / 'support.md']) == [tmp_path / 'support.md']
+    with pytest.raises(ValueError, match='stale; run python docs/tables.py'):
+        hooks.on_page_markdown(edited)
+    assert hooks.on_page_markdown(page) == page
+    assert tables.main(['--check']) == 0
+
+
+def test_the_cli_reference_lists_every_option_of_every_command() -> None:
+    from compatshim import _cli
+
+    reference = tables.cli_reference()
+    for flag in ('--plant-slowdown', '--plant-hook-us', '--size', '--device', '--no-png', '--pipeline', '--compare'):
+        assert f'`{flag}`' in reference, flag
+    assert [line for line in reference.splitlines() if line.startswith('### ')] == [
+        f'### compatshim {name}' for name in ('run', 'doctor', 'bench', 'report')
+    ]
+    assert _cli.parser().prog == 'compatshim'
 
 
 def test_every_exit_code_the_commands_use_is_in_the_table() -> None:
@@ -100,3 +126,43 @@ def test_a_planted_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     proc = subprocess.run(build, cwd=copy, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "link 'nowhere.md'" in proc.stderr and "anchor '#no-such-heading'" in proc.stderr
+
+
+def _messages() -> list[str]:
+    """Every string constant in compatshim's source: implicit concatenations joined, f-strings' literal parts."""
+    import ast
+
+    found = []
+    for path in (ROOT / 'compatshim').rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.append(node.value)
+    return found
+
+
+def test_troubleshooting_quotes_the_messages_as_the_code_writes_them() -> None:
+    """Each heading of docs/troubleshooting.md quotes literal parts of a message: every one is in compatshim's code
+    (Composer's and torch's own errors, marked so, excepted)."""
+    messages = _messages()
+    headings = [line for line in (DOCS / 'troubleshooting.md').read_text().splitlines() if line.startswith('### ')]
+    assert len(headings) >= 20
+    for heading in headings:
+        if "(Composer's" in heading or "(torch's" in heading:
+            continue
+        quoted = [q for q in re.findall(r'`([^`]+)`', heading) if q not in ('strict=True', 'strict')]
+        assert quoted, heading
+        for fragment in quoted:
+            assert any(fragment in message for message in messages), f'{fragment!r} ({heading}) is in no message'
+
+
+def test_the_changelog_names_this_version_as_its_newest_release() -> None:
+    """Keep a Changelog: an Unreleased section, then releases newest first, each with its date and link; the newest is
+    the version the package (and its wheel's metadata, ``matrix/check_dist.py``) carries."""
+    import compatshim
+
+    text = (ROOT / 'CHANGELOG.md').read_text()
+    releases = re.findall(r'^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d\d-\d\d)$', text, re.M)
+    assert '## [Unreleased]' in text and releases and releases[0][0] == compatshim.__version__
+    for version, _ in releases:
+        assert f'[{version}]: https://github.com/compatshim/compatshim/releases/tag/v{version}' in text
+    assert '## Versions' in text and 'support table' in text.split('## [Unreleased]')[0]

@@ -12,7 +12,7 @@ import pytest
     ('args', 'stage'),
     [
         ([], None),
-        (['--compatshim'], 'batch'),
+        (['--compatshim'], 'default'),  # enable()'s own default: COMPATSHIM_STAGE, else batch
         (['--compatshim=batch'], 'batch'),
         (['--compatshim=microbatch'], 'microbatch'),
     ],

@@ -1,0 +1,157 @@
+"""The tables that live in code (and the few prose tables shown on several pages), written into the Markdown that
+shows them (README.md, docs/*.md, CONTRIBUTING.md).
+
+A table sits between two markers, so that GitHub, PyPI and the site all show the same text::
+
+    <!-- begin generated: support-table -->
+    | Composer | ... |
+    <!-- end generated: support-table -->
+
+``python docs/tables.py`` renders every block again from the code; ``python docs/tables.py --check`` exits 1 naming
+each file whose copy is stale (``tests/unit/test_docs.py`` runs the check, and the MkDocs hook refuses a stale page).
+Imports compatshim only (no torch, no Composer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compatshim import _cli, _exits, _settings, _support  # noqa: E402
+from compatshim.bench import rule  # noqa: E402
+
+__all__ = ['FILES', 'GENERATED', 'STAGES', 'THREE_WAYS', 'cli_reference', 'main', 'refresh', 'stale']
+
+
+def cli_reference() -> str:
+    """Every subcommand of ``compatshim`` and its options, from the argparse parsers."""
+    top = _cli.parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    out: list[str] = []
+    for name, sub in commands.choices.items():
+        usage = ' '.join(sub.format_usage().split())
+        usage = usage.removeprefix('usage: ')
+        out += [f'### compatshim {name}', '', (helps.get(name) or '').strip(), '', f'`{usage}`']
+        out += ['', '| option | default | meaning |', '|---|---|---|']
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            flag = ', '.join(f'`{o}`' for o in action.option_strings) or f'`{action.metavar or action.dest}`'
+            if action.choices and action.option_strings:
+                flag += ' ' + '\\|'.join(str(c) for c in action.choices)
+            elif action.metavar and action.option_strings:
+                flag += f' {action.metavar}'
+            default = '' if action.default in (None, False, argparse.SUPPRESS) else f'`{action.default}`'
+            meaning = (action.help or '').replace('|', '\\|').replace('\n', ' ')
+            out.append(f'| {flag} | {default} | {meaning} |')
+        out.append('')
+    return '\n'.join(out).rstrip()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    return '\n'.join(lines + ['| ' + ' | '.join(row) + ' |' for row in rows])
+
+
+#: Tables that are prose, not code, shown in more than one file: written here once, copied into each by the markers.
+THREE_WAYS = _table(
+    ('way', 'use it when', 'what it covers'),
+    [
+        (
+            '`compatshim.enable()`',
+            'you own the training script',
+            "this process; call it in every rank's script (Composer's launcher runs the script per rank); arguments "
+            'for the stage and `allow_untested`',
+        ),
+        (
+            '`compatshim run -- composer -n 8 train.py`',
+            'you cannot or will not edit the script (a launcher, a job template)',
+            'every Python process of the command that imports Composer: launcher ranks, spawn/forkserver children, '
+            'subprocesses',
+        ),
+        (
+            '`import compatshim.auto`',
+            'one import is all you can add (a notebook, `PYTHONSTARTUP`, `python -c`, a list of modules to import)',
+            'this process, at the import',
+        ),
+    ],
+)
+STAGES = _table(
+    ('stage', 'what happens', 'device memory', 'coherence'),
+    [
+        (
+            '`"batch"` (default; the 0.24.1 behaviour)',
+            "the whole batch is moved once through the trainer's own `Device`, `fn` runs once on it, then Composer "
+            'splits it (its per-microbatch move is then a no-op)',
+            'the **whole batch** is on the device from `AFTER_DATALOADER` on',
+            'one call per optimizer step per rank; every microbatch is a slice of one `fn(batch)`, whatever '
+            "`device_train_microbatch_size` is (int or `'auto'`, out-of-memory retries included)",
+        ),
+        (
+            '`"microbatch"`',
+            'each microbatch is moved, then `fn` runs on it',
+            '**one microbatch** at a time',
+            'one call per microbatch: batch-level random parameters, batch statistics and mixing partners are per '
+            'microbatch, and results depend on the microbatch size',
+        ),
+    ],
+)
+
+
+#: Every table that lives in code (or above), by the name its markers give.
+GENERATED: dict[str, Callable[[], str]] = {
+    'support-table': _support.markdown_table,
+    'exit-codes': _exits.markdown,
+    'environment': _settings.variables_markdown,
+    'settings': _settings.settings_markdown,
+    'rule': lambda: rule.RULE,
+    'cli': cli_reference,
+    'three-ways': lambda: THREE_WAYS,
+    'stages': lambda: STAGES,
+}
+BLOCK = re.compile(r'(<!-- begin generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated: \2 -->)', re.S)
+#: The files that may hold generated blocks.
+FILES = [ROOT / 'README.md', ROOT / 'CONTRIBUTING.md', *sorted((ROOT / 'docs').glob('*.md'))]
+
+
+def refresh(text: str) -> str:
+    """``text`` with every generated block rendered again (an unknown name is an error)."""
+
+    def table(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in GENERATED:
+            raise ValueError(f'docs: unknown generated table {name!r}; known: {", ".join(GENERATED)}')
+        return f'{match.group(1)}{GENERATED[name]()}\n{match.group(4)}'
+
+    return BLOCK.sub(table, text)
+
+
+def stale(paths: Sequence[Path] = FILES) -> list[Path]:
+    """The files whose generated blocks differ from what the code renders now."""
+    return [path for path in paths if refresh(path.read_text()) != path.read_text()]
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    if '--check' in argv:
+        found = stale()
+        for path in found:
+            print(f'{path.relative_to(ROOT)}: a generated table is stale; run python docs/tables.py', file=sys.stderr)
+        return 1 if found else 0
+    for path in FILES:
+        text = path.read_text()
+        if refresh(text) != text:
+            path.write_text(refresh(text))
+            print(f'refreshed {path.relative_to(ROOT)}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
