@@ -577,13 +577,13 @@ def test_device_time_is_logged_at_the_step_it_belongs_to() -> None:
             for key in metrics:
                 self.seen.setdefault(key, []).append(step)
 
-    steps = Steps()
+    steps, monitor = Steps(), EventMonitor()  # the monitor first: it must see the DataSpec built
     with compatshim.enabled('batch'):
         t, _ = trainer(
             make_device(),
             train_dataloader=DataSpec(loader(32), device_transforms=Probe()),
             max_duration='4ba',
-            callbacks=[EventMonitor()],
+            callbacks=[monitor],
             loggers=[steps],
         )
         t.fit()
