@@ -152,7 +152,7 @@ def test_a_twenty_percent_slower_shim_leg_is_a_regression(env: str, tmp_path: Pa
     code, _ = _report(tmp_path, slower)
     assert code == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith(f'REGRESSION {env} ') and 'baseline' in last and 'now' in last and 'threshold -5%' in last
+    assert last.startswith(f'REGRESSION {env} ') and 'baseline' in last and 'now' in last and 'threshold -10%' in last
     outcomes = _outcomes(slower, result)
     assert outcomes['shim-batch/unpatched'] == 'regression'
     if metric('shim-microbatch/native-microbatch').read(result):
