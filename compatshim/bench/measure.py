@@ -359,11 +359,7 @@ def measure(
         raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZES)}')
     if device_kind not in DEVICES:
         raise ValueError(f'compatshim bench: unknown device {device_kind!r}; choose one of {", ".join(DEVICES)}')
-    present: dict[str, Callable[[], bool]] = {
-        'cuda': torch.cuda.is_available,
-        'mps': lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
-    }
-    if not present.get(device_kind, lambda: True)():
+    if not timing.present(device_kind):
         raise RuntimeError(f'compatshim bench: --device {device_kind}, but torch sees no {device_kind} device')
     if not 0.0 <= plant_slowdown <= 10.0:
         raise ValueError(f'compatshim bench: plant_slowdown must be between 0 and 10, got {plant_slowdown}')

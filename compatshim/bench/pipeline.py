@@ -371,11 +371,7 @@ def measure(
 
     if device_kind not in DEVICES:
         raise ValueError(f'unknown device {device_kind!r}; choose one of {", ".join(DEVICES)}')
-    present: dict[str, Callable[[], bool]] = {
-        'cuda': torch.cuda.is_available,
-        'mps': lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
-    }
-    if not present.get(device_kind, lambda: True)():
+    if not timing.present(device_kind):
         raise ValueError(f'--device {device_kind}, but torch sees no {device_kind} device')
     composer = installed('mosaicml')
     if composer is None:

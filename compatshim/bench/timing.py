@@ -11,7 +11,16 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ['clock', 'composer_device', 'pin_allocator', 'synchronize']
+__all__ = ['clock', 'composer_device', 'pin_allocator', 'present', 'synchronize']
+
+
+def present(device_kind: str) -> bool:
+    """Whether torch sees a ``device_kind`` device (``cpu`` always: the fake accelerator runs on it)."""
+    seen: dict[str, Callable[[], bool]] = {
+        'cuda': torch.cuda.is_available,
+        'mps': lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
+    }
+    return bool(seen.get(device_kind, lambda: True)())
 
 
 def composer_device(device_kind: str) -> Any:
