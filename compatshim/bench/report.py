@@ -22,7 +22,6 @@ from compatshim.bench.metrics import (
     COSTS,
     LEGS,
     METRICS,
-    MONITOR_SHARE,
     Metric,
 )
 from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
@@ -100,9 +99,9 @@ def markdown(judged: list[Judged], device: str) -> str:
         '**The rule** (`compatshim/bench/rule.py`): ' + rule.RULE,
         '',
         'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
-        'it is not gated on that release or device). Ratios pair two legs of the same round; overhead ratios, a path '
-        "of compatshim's against the direct path in the same sample. *Checks*: the worst outcome of the placement and "
-        "coherence checks. *Throughput vs baseline run*: the unpatched leg's samples/s against the baseline's run, "
+        'it is not gated on that release or device). Ratios pair two legs of the same round; shares, a path of '
+        "compatshim's against a step of the same round, held to a limit. *Checks*: the worst outcome of the placement "
+        "and coherence checks. *Throughput vs baseline run*: the unpatched leg's samples/s against the baseline's run, "
         'which may be another machine or another phase of this one: reported, never judged.',
         '',
         '## Headline per release',
@@ -127,16 +126,17 @@ def markdown(judged: list[Judged], device: str) -> str:
         "## compatshim's own cost per batch",
         '',
         "Each probe calls a path of compatshim's and then the direct path it stands in for (the move and the transform "
-        'alone), alternating, in every round (`compatshim/bench/overhead.py`). Gated: the path over the direct path '
-        "(×), and the monitor's share of a shim-batch step of the same round (the limit is "
-        f'{rule.MONITOR_SHARE.limit:g}%). Reported: the µs per batch beyond the direct path (an absolute time).',
+        'alone), alternating, in every round (`compatshim/bench/overhead.py`). Gated: its µs per batch as a share of a '
+        f'step of the same round, against a stated limit (a regression: {rule.HOOK_SHARE.sentence()}; '
+        f'{rule.MONITOR_SHARE.sentence()}). Reported: the path over the direct path (×; unlike work, which another '
+        'processor moves) and the µs per batch beyond the direct path (an absolute time).',
         '',
-        '| env | ' + ' | '.join(f'{name} × | {name} µs' for name, _, _ in COSTS) + ' | monitor share of a step |',
-        '|' + '---|' * (2 * len(COSTS) + 2),
+        '| env | ' + ' | '.join(f'{name}: share | × | µs' for name, _, _, _ in COSTS) + ' |',
+        '|' + '---|' * (3 * len(COSTS) + 1),
     ]
     for r in judged:
-        cells = [f'{_cell(r, ratio)} | {us.show(r.result)}' for _, ratio, us in COSTS]
-        out.append(f'| {r.result.env} | ' + ' | '.join(cells) + f' | {_cell(r, MONITOR_SHARE)} |')
+        cells = [f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}' for _, share, ratio, us in COSTS]
+        out.append(f'| {r.result.env} | ' + ' | '.join(cells) + ' |')
     out += [
         '',
         '## Recipe workload: what crosses to the device',

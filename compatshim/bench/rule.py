@@ -1,10 +1,13 @@
-"""The comparison rule: the kinds of metric, each with how it reads its samples, its minimum effect and its test.
+"""The comparison rule: the kinds of metric, each with how it reads its samples, its minimum effect or limit, and its
+test.
 
-Every gated timing is measured against something in the same rounds, so that a machine 1.7x slower, or one in a slow
-phase, changes none of them: a same-run ratio of two legs doing the same work, the shim's or the monitor's path against
-the direct path in the same samples, the monitor's cost against the step of the same round. Counts (bytes, placement,
-calls) are exact. Absolute times are figures: reported, never judged. :data:`RULE` states the whole rule in one
-paragraph; the judge applies it, the report and the docs quote it. Imports nothing heavy.
+Only what another machine cannot move is gated: counts (bytes, calls, placement) exactly; same-run ratios of *like*
+work (two legs doing the same work by different routes, back to back in the same rounds); and compatshim's own cost
+as a share of a step held to a stated limit (the product's promise), set far above what any machine measured. Ratios
+of unlike work (a path of compatshim's over the direct path) and absolute times are figures: reported, never judged.
+The one exception is the pipeline bench's leg against its ceiling, which judges a user's pipeline against the
+baseline the user saved on their own runner. :data:`RULE` states the whole rule in one paragraph; the judge applies
+it, the report and the docs quote it. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -221,23 +224,23 @@ class Beside(Ratio):
         )
 
 
-class Overhead(_Relative):
+class Overhead(Kind):
     """Time of a path of compatshim's (the shim's hooks, the monitor's events) over the direct path it stands in for
-    (the move and the transform alone), alternated in the same samples, ``calls`` calls each. Lower is better."""
+    (the move and the transform alone), alternated in the same samples, ``calls`` calls each: reported, never judged.
+    The two sides are unlike work (compatshim's Python bookkeeping over the direct path's tensor calls), so a processor
+    whose interpreter is slower against its vector units moves it: on a second 2-core machine reporting the same CPU
+    model the monitor's rose from 9.3-10.1x to 11.0-13.6x on unchanged code. What is gated of compatshim's cost is its
+    share of a step, against a stated limit (:class:`Share`)."""
 
     name = 'overhead ratio'
     unit = '×'
-    higher_is_better = False
 
     def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         found = _probe(source[0], result)
         return [] if found is None else [p / d for p, d in zip(found.path_s, found.direct_s)]
 
-    def sentence(self) -> str:
-        return (
-            "an overhead ratio (a path of compatshim's over the direct path, alternated in the same samples) that "
-            f'rises by more than {self.min_effect:.0%}'
-        )
+    def show(self, samples: list[Any]) -> str:
+        return _spread(samples, '.3f')
 
 
 class Figure(Kind):
@@ -260,15 +263,22 @@ class Figure(Kind):
 class Share(Kind):
     """A path of compatshim's (``source[0]``) as a share of a step of a leg (``source[1]``), in percent, one sample per
     round: the path's µs per batch in that round over the leg's step in the same round. Judged against a fixed
-    limit, not a baseline."""
+    limit, not a baseline: the limit is the product's promise (what the path may cost), set far above what any machine
+    measured and below what a real regression costs.
+
+    Args:
+        what: The path, in the rule's sentence ("the monitor", "the shim's hook").
+        limit: The most it may cost, in percent of a step.
+        sizes: The workload sizes it is judged at (the limit is stated for a step of the real workload).
+    """
 
     name = 'share of a step'
     unit = '%'
     against_baseline = False
     sizes: tuple[str, ...]
 
-    def __init__(self, limit: float, sizes: tuple[str, ...]) -> None:
-        self.limit, self.sizes = limit, sizes
+    def __init__(self, what: str, limit: float, sizes: tuple[str, ...]) -> None:
+        self.what, self.limit, self.sizes = what, limit, sizes
 
     def read(self, source: tuple[str, ...], result: Result) -> list[Any]:
         found, leg = _probe(source[0], result), result.legs.get(source[1])
@@ -286,15 +296,16 @@ class Share(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         share = statistics.median(now)
         over = share > self.limit
-        reason = f'{share:.2f}% of a step, {"over" if over else "within"} the limit'
+        reason = f'{share:.3g}% of a step, {"over" if over else "within"} the limit'
         return Judgement(metric, 'regression' if over else 'ok', reason, None, share, f'≤ {self.limit:g}%', None, '%')
 
     def show(self, samples: list[Any]) -> str:
-        return f'{statistics.median(samples):.2f}%' if samples else '—'
+        return f'{statistics.median(samples):.3f}%' if samples else '—'
 
     def sentence(self) -> str:
         sizes = ' and '.join(self.sizes)
-        return f"the monitor's share of a step of the same round above {self.limit:g}% (at the {sizes} sizes)"
+        plural = 's' if len(self.sizes) > 1 else ''
+        return f'{self.what} above {self.limit:g}% of a step of the same round (at the {sizes} size{plural})'
 
 
 def _leg(source: tuple[str, ...], result: Any) -> Any:
@@ -442,40 +453,49 @@ def _nothing_patched(source: tuple[str, ...], result: Result) -> Optional[str]:
 RATIO = Ratio(min_effect=0.10)
 #: A pipeline leg against its ceiling is unlike work (the leg transforms, the ceiling does not): unchanged runs on the
 #: 2-core machine moved it by up to 19% (a slow phase touches the two differently), a 2x slower transform at 40% of
-#: the step moves it by 29%.
+#: the step moves it by 25-35%. It judges a user's pipeline against a baseline the user saved, on their own runner.
 BESIDE = Beside(min_effect=0.20)
 PLACEMENT_AS_BEFORE, CALLS_AS_BEFORE = Placement(), Count()
-OVERHEAD = Overhead(min_effect=0.25)
+OVERHEAD = Overhead()
 FIGURE = Figure()
-#: The monitor's limit is stated for a step of the real workload: a step of the tiny test size is no such step.
-MONITOR_SHARE = Share(limit=1.0, sizes=('cpu', 'gpu'))
+#: The limits are stated for a step of the real workload (a step of the tiny test size is no such step). Measured on
+#: unchanged code, quiet and beside two CPU-bound processes, on two 2-core machines whose speed differs by up to 1.7x:
+#: the monitor 0.13-0.31% of a step (limit 1%), the shim's hook 0.018-0.034% (limit 0.1%); 50 µs more per hook call
+#: makes the hook 0.16-0.31% of a step there. The hook's limit is stated at the cpu size only: a GPU's shorter step
+#: has not been measured against it (there it is reported).
+MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
+HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
 BYTES = Bytes()
 PLACEMENT = Check('the shim legs transform on the device, stage batch once per step', _placement)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
 KINDS: tuple[Kind, ...] = (
     RATIO,
     BESIDE,
-    OVERHEAD,
+    HOOK_SHARE,
     MONITOR_SHARE,
     BYTES,
     PLACEMENT_AS_BEFORE,
     CALLS_AS_BEFORE,
-    FIGURE,
     PLACEMENT,
     NOTHING_PATCHED,
+    OVERHEAD,
+    FIGURE,
 )
 
 #: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
 RULE = (
     "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
-    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}; '
-    f'{OVERHEAD.sentence()}; or {BESIDE.sentence()}; *improved* in the mirror case (the baseline is stale: re-record '
-    'it); *inconclusive* when the change is beyond the minimum effect but the test does not support it, or there is no '
-    'baseline; *not comparable* when the baseline measured another workload (size or version); *ok* otherwise. A '
-    'regression '
-    f'without a test: {MONITOR_SHARE.sentence()}; {BYTES.sentence()}; {PLACEMENT.sentence()}; '
-    f'{NOTHING_PATCHED.sentence()}; {PLACEMENT_AS_BEFORE.sentence()}; {CALLS_AS_BEFORE.sentence()}. Every gated '
-    'timing is measured against something in the same rounds, so a slower machine or a slow phase moves none of them; '
-    'absolute times (samples/s, µs per batch) are reported, never judged. Any regression exits 1, and so does a '
-    'release without a baseline where its device has some.'
+    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}, or '
+    f'{BESIDE.sentence()}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
+    'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
+    'comparable* when the baseline measured another workload (size or version); *ok* otherwise. A regression without '
+    f'a test: {HOOK_SHARE.sentence()}; {MONITOR_SHARE.sentence()}; {BYTES.sentence()}; {PLACEMENT.sentence()}; '
+    f'{NOTHING_PATCHED.sentence()}; {PLACEMENT_AS_BEFORE.sentence()}; {CALLS_AS_BEFORE.sentence()}. What can move '
+    "each: nothing but the code moves a count or a check; a same-run ratio's two legs do the same work by different "
+    'routes in the same rounds, so neither a slower machine nor a slow phase moves it; a share is held to a stated '
+    'limit, not to a baseline, and the limit lies far above what any machine measured; a pipeline leg against its '
+    'ceiling is unlike work, which another machine can move by about its minimum effect, so a pipeline is compared '
+    'with a baseline saved on the same kind of runner. Overhead ratios (unlike work) and absolute times (samples/s, '
+    'µs per batch) are reported, never judged. Any regression exits 1, and so does a release without a baseline where '
+    'its device has some.'
 )

@@ -2,8 +2,9 @@
 compatshim and returns a plain mapping. uint8 NCHW images from a collate, normalised (mean/std in 0-255 units) and
 cropped on the device, as MosaicML's ImageNet recipe does.
 
-The tests plant regressions through the environment: ``PIPELINE_SLOWER=1`` makes the transform do its work twice (2x
-slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the bytes).
+The tests plant regressions through the environment: ``PIPELINE_SLOWER=N`` makes the transform do its work N times
+(``2``: 2x slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the
+bytes).
 """
 
 import os
@@ -46,5 +47,5 @@ def pipeline():
     images = torch.randint(0, 256, (256, 3, 48, 48), generator=gen, dtype=torch.uint8)
     labels = torch.randint(0, 10, (256,), generator=gen)
     loader = DataLoader(TensorDataset(images, labels), batch_size=32, collate_fn=collate, drop_last=True)
-    repeat = 2 if os.environ.get('PIPELINE_SLOWER') == '1' else 1
+    repeat = int(os.environ.get('PIPELINE_SLOWER', '1'))
     return {'dataloader': loader, 'transform': Normalize(repeat), 'microbatch_size': 16}

@@ -1,6 +1,8 @@
 """The comparison rule and the report, on recorded samples: the committed baselines and report are real bench runs,
-and ``tests/data/loaded/`` holds real runs measured beside two CPU-bound processes; the planted cases change those
-samples the way a slower shim, a slower hook path or a slower machine would. No torch, no Composer, nothing timed.
+``tests/data/loaded/`` holds real runs measured beside two CPU-bound processes, and ``tests/data/other-machine/`` a
+whole ``tox -m report`` of unchanged code on another 2-core machine reporting the same CPU model (quiet and loaded);
+the planted cases change those samples the way a slower shim, a slower hook path or a slower machine would. No torch, no
+Composer, nothing timed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / 'matrix' / 'baselines'
 REPORT = ROOT / 'matrix' / 'reports' / 'cpu'
 LOADED = ROOT / 'tests' / 'data' / 'loaded'
+#: ``tox -m report`` of unchanged code (v0.1.0) on another machine, as ``compatshim report --results`` reads it.
+OTHER_MACHINE = ROOT / 'tests' / 'data' / 'other-machine'
 #: A release of each affected family with its own shape of legs (0.26.1: no native microbatch), and the reference.
 RECORDED = ['composer0.28.0-cpu', 'composer0.26.1-cpu', 'composer0.24.1-cpu']
 
@@ -126,7 +130,66 @@ def test_the_planted_slowdowns_fail_a_loaded_run_too(env: str) -> None:
     if metric('shim-microbatch/native-microbatch').read(result):
         assert slower['shim-microbatch/native-microbatch'] == 'regression'
     hook = _outcomes(_scaled(result, hook_us=50.0), baseline)
-    assert hook['hook path / direct (batch)'] == hook['hook path / direct (microbatch)'] == 'regression'
+    assert hook[HOOK_BATCH] == hook[HOOK_MICROBATCH] == 'regression'
+
+
+HOOK_BATCH, HOOK_MICROBATCH = 'hook share of a step (batch)', 'hook share of a step (microbatch)'
+
+
+def _other_machine(run: str) -> list[BenchResult]:
+    return gather([OTHER_MACHINE / run])
+
+
+@pytest.mark.parametrize('run', ['quiet', 'loaded'])
+def test_another_machine_of_the_same_model_string_is_no_regression(run: str, tmp_path: Path, capsys: Any) -> None:
+    """``tox -m report`` of unchanged code on another 2-core machine reporting "AMD EPYC" (its interpreter slower
+    against its vector units than the baselines' machine: the monitor's path over the direct path rose from 9.3-10.1x
+    to 11-13.6x), quiet and beside two CPU-bound processes: judged against the committed baselines, nothing
+    regresses and ``compatshim report`` exits 0. (Under the rule of v0.1.0 both exited 1, on 8 and 12 envs.)"""
+    results = _other_machine(run)
+    assert len(results) == len(list((BASELINES / 'cpu').glob('*.json')))
+    for result in results:
+        outcomes = _outcomes(result, recorded(result.env))
+        assert 'regression' not in outcomes.values(), (result.env, {k: v for k, v in outcomes.items() if v != 'ok'})
+    args = ['report', '--results', str(OTHER_MACHINE / run), '--baselines', str(BASELINES)]
+    assert _cli.main([*args, '--out', str(tmp_path / 'out'), '--no-png']) == 0, capsys.readouterr().out
+
+
+def test_the_other_machines_runs_measured_what_the_baselines_measured() -> None:
+    """The other machine's runs stay a real case only while they are comparable with the committed baselines: when a
+    workload version bump re-records the baselines, this fails until they are re-judged under the new rule (or
+    removed, with the reason in CONTRIBUTING's "How the gate was tried")."""
+    for run in ('quiet', 'loaded'):
+        for result in _other_machine(run):
+            baseline = recorded(result.env)
+            assert result.fingerprint['workload_version'] == baseline.fingerprint['workload_version'], result.env
+            assert result.fingerprint['cpu_model'] == baseline.fingerprint['cpu_model'], 'the same model string'
+            assert result.measured_at != baseline.measured_at and not result.planted
+
+
+@pytest.mark.parametrize('run', ['quiet', 'loaded'])
+def test_the_planted_slowdowns_fail_the_other_machines_runs(run: str) -> None:
+    """On the other machine's samples, what the shim can cause is still found: a 20% slower shim leg, 50 µs more per
+    hook call at both stages."""
+    for result in _other_machine(run):
+        if not result.affected:
+            continue
+        baseline = recorded(result.env)
+        slower = _outcomes(_scaled(result, shim=0.8), baseline)
+        assert slower['shim-batch/unpatched'] == 'regression', (result.env, slower)
+        hook = _outcomes(_scaled(result, hook_us=50.0), baseline)
+        assert hook[HOOK_BATCH] == hook[HOOK_MICROBATCH] == 'regression', (result.env, hook)
+
+
+def test_unlike_work_is_reported_never_gated() -> None:
+    """compatshim's path over the direct path (Python bookkeeping over tensor calls) and every absolute time are
+    figures: no value of theirs is judged."""
+    for found in METRICS:
+        if found.kind in (rule.OVERHEAD, rule.FIGURE):
+            assert found.gated == 'never', found.id
+    result = recorded('composer0.28.0-cpu')
+    heavier = _scaled(result, monitor=1.5)  # the monitor's path 1.5x its baseline's against the direct path
+    assert judge.worst(judge.judge(heavier, result)) == 'ok'
 
 
 @pytest.mark.parametrize('machine', [1 / 1.7, 1.7], ids=['1.7x-slower-machine', '1.7x-faster-machine'])
@@ -168,10 +231,10 @@ def test_fifty_microseconds_more_per_hook_call_is_a_regression_at_both_stages(
     assert _report(tmp_path, slower)[0] == 1
     out = capsys.readouterr().out
     for stage in ('batch', 'microbatch'):
-        line = next(x for x in out.splitlines() if x.startswith(f'REGRESSION {env} hook path / direct ({stage})'))
-        assert 'threshold +25%' in line and '×' in line
+        line = next(x for x in out.splitlines() if x.startswith(f'REGRESSION {env} hook share of a step ({stage})'))
+        assert f'threshold ≤ {rule.HOOK_SHARE.limit:g}%' in line and 'over the limit' in line
     outcomes = _outcomes(slower, result)
-    assert outcomes['hook path / direct (batch)'] == outcomes['hook path / direct (microbatch)'] == 'regression'
+    assert outcomes[HOOK_BATCH] == outcomes[HOOK_MICROBATCH] == 'regression'
 
 
 def test_a_monitor_over_its_limit_is_a_regression_without_a_baseline() -> None:
@@ -252,18 +315,11 @@ def test_rule_on_same_run_ratios(current: list[float], outcome: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ('current', 'outcome'),
-    [
-        ([1.50, 1.52, 1.47, 1.55, 1.49, 1.51], 'ok'),
-        ([14.0, 14.2, 13.9, 14.5, 14.1, 14.3], 'regression'),  # +50 µs on a ~4 µs direct path
-        ([1.70, 1.72, 1.69, 1.74, 1.71, 1.73], 'ok'),  # +14%: below the minimum effect
-        ([1.5, 9.0, 1.4, 8.0, 1.6, 7.0], 'inconclusive'),  # the median moved, the samples do not support it
-        ([1.05, 1.06, 1.04, 1.05, 1.06, 1.04], 'improved'),
-    ],
+    ('share', 'outcome'), [(0.03, 'ok'), (0.099, 'ok'), (0.101, 'regression'), (0.3, 'regression')]
 )
-def test_rule_on_overhead_ratios(current: list[float], outcome: str) -> None:
-    baseline = [1.50, 1.49, 1.52, 1.51, 1.48, 1.50]
-    assert rule.OVERHEAD.judge('hook', current, baseline).outcome == outcome
+def test_rule_on_the_hooks_limit(share: float, outcome: str) -> None:
+    """A share is held to its limit, whatever the baseline (none is read)."""
+    assert rule.HOOK_SHARE.judge('hook', [share] * 5, None).outcome == outcome
 
 
 def test_mann_whitney() -> None:
@@ -281,8 +337,9 @@ def test_the_rule_is_one_constant_built_from_the_kinds() -> None:
     gated = {m.kind for m in METRICS if m.gated != 'never'}
     for kind in gated:
         assert kind.sentence() and kind.sentence() in rule.RULE, kind.name
-    assert f'{rule.RATIO.min_effect:.0%}' in rule.RULE and f'{rule.OVERHEAD.min_effect:.0%}' in rule.RULE
-    assert f'{rule.MONITOR_SHARE.limit:g}%' in rule.RULE and f'{rule.ALPHA:g}' in rule.RULE
+    assert f'{rule.RATIO.min_effect:.0%}' in rule.RULE and f'{rule.BESIDE.min_effect:.0%}' in rule.RULE
+    assert f'{rule.MONITOR_SHARE.limit:g}%' in rule.RULE and f'{rule.HOOK_SHARE.limit:g}%' in rule.RULE
+    assert f'{rule.ALPHA:g}' in rule.RULE
     for path in (ROOT / 'compatshim').rglob('*.py'):
         assert 'kind ==' not in path.read_text(), path  # the issue's own check: grep -n "kind ==" compatshim/
     assert '__doc__' not in (ROOT / 'compatshim' / 'bench' / 'report.py').read_text()
