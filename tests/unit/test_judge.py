@@ -16,8 +16,8 @@ import pytest
 
 from compatshim import _cli
 from compatshim.bench import judge, rule
-from compatshim.bench.metrics import METRICS, metric
-from compatshim.bench.results import BenchResult, gather, load_baseline, record_baseline
+from compatshim.bench.metrics import METRICS, PIPELINE_COMPARABLE_BY, metric, pipeline_metrics
+from compatshim.bench.results import BenchResult, PipelineResult, gather, load_baseline, record_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / 'matrix' / 'baselines'
@@ -466,3 +466,29 @@ def test_results_gathered_from_runners_give_the_report_of_tox_e_report(
     assert _cli.main(args) == 0
     for name in ('report.md', 'report.json'):
         assert (out / 'cpu' / name).read_text() == (REPORT / name).read_text(), name
+
+
+PIPELINE = ROOT / 'tests' / 'data' / 'pipeline'
+
+
+def _pipeline(name: str) -> PipelineResult:
+    """A real ``compatshim bench --pipeline uint8_pipeline:pipeline`` run at the default size (Composer 0.32.1, cpu):
+    ``main`` saved, ``unchanged`` compared against it, ``slower2x`` with the transform doing its work twice."""
+    return PipelineResult.from_json(json.loads((PIPELINE / f'{name}.json').read_text()))
+
+
+def _pipeline_outcomes(result: PipelineResult, baseline: PipelineResult) -> dict[str, str]:
+    gated = pipeline_metrics({*result.legs, *baseline.legs})
+    return {j.metric: j.outcome for j in judge.judge(result, baseline, gated, PIPELINE_COMPARABLE_BY)}
+
+
+def test_a_pipeline_transform_twice_as_slow_fails_on_recorded_samples() -> None:
+    """The timing gate at the edge of its minimum effect, on real samples (the in-env test plants a 10x slower
+    transform, which no machine hides): unchanged, nothing worsens; twice as slow (about 40% of the step), every leg
+    that runs the transform falls against its ceiling (-28% to -31% here, p = 0.0005) and the ceiling does not."""
+    main = _pipeline('main')
+    assert 'regression' not in _pipeline_outcomes(_pipeline('unchanged'), main).values()
+    slower = _pipeline_outcomes(_pipeline('slower2x'), main)
+    for leg in ('native-batch', 'native-microbatch', 'shim-batch', 'shim-microbatch'):
+        assert slower[f'{leg}/ceiling'] == 'regression', slower
+    assert {outcome for metric_id, outcome in slower.items() if not metric_id.endswith('/ceiling')} == {'ok'}
