@@ -16,6 +16,7 @@ from compatshim._api import ShimStatus, Verdict, disable, enable, enabled, statu
 from compatshim._settings import KILL_SWITCH
 from compatshim._stages import STAGES
 from compatshim._state import get_original, is_patched
+from compatshim._version import __version__
 from compatshim.errors import (
     CompatShimError,
     CompatShimWarning,
@@ -26,8 +27,6 @@ from compatshim.errors import (
     UnexpectedComposerShapeError,
     UnsupportedComposerWarning,
 )
-
-__version__ = '0.1.0'
 
 __all__ = [
     'KILL_SWITCH',

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
+import sys
 import warnings
 from collections.abc import Iterator
-from typing import Optional
+from typing import Any, Optional
 
-from packaging.version import InvalidVersion, Version
-
-from compatshim import _settings, _state
+from compatshim import _settings
 from compatshim._settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VAR
 from compatshim._stages import Stage
 from compatshim._state import STATE
+from compatshim._status import ShimStatus, Verdict, parse_version, status
 from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of, installed
 from compatshim.errors import CompatShimError, CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
 
@@ -32,91 +30,11 @@ __all__ = [
 ]
 
 
-class Verdict(str, enum.Enum):
-    """What the shim makes of the installed Composer."""
-
-    NOT_INSTALLED = 'not installed'
-    #: ≤ 0.24.x: runs ``device_transforms`` on the device itself; nothing to patch.
-    UNAFFECTED = 'unaffected'
-    #: In the support table, but ``enable()`` has not run (or ``disable()`` ran since).
-    AFFECTED = 'affected'
-    PATCHED = 'patched'
-    #: Newer than the support table, or a dev build: not patched unless opted in.
-    UNSUPPORTED = 'unsupported'
-
-
-@dataclasses.dataclass(frozen=True)
-class ShimStatus:
-    """A snapshot of the shim's state.
-
-    Attributes:
-        composer_version: The installed ``mosaicml`` version, or ``None``.
-        torch_version: The installed ``torch`` version, or ``None``.
-        verdict: See :class:`Verdict`.
-        family: How this release treats ``device_transforms`` (``'host'``, ``'dropped'``, ``'rejected'``), or
-            ``None`` when unaffected, not installed, or unsupported and not opted in.
-        stage: The default stage while patched, else ``None``.
-        patches: Dotted names of the attributes currently patched.
-        detail: One sentence for people.
-        allow_untested: Whether the patches were made for a release outside the support table (opted in).
-    """
-
-    composer_version: Optional[str]
-    torch_version: Optional[str]
-    verdict: Verdict
-    family: Optional[str]
-    stage: Optional[str]
-    patches: tuple[str, ...]
-    detail: str
-    allow_untested: bool = False
-
-
-def _parse(version: str) -> Optional[Version]:
-    try:
-        return Version(version)
-    except InvalidVersion:
-        return None
-
-
 def _warn_once(key: str, message: str, category: type[Warning]) -> None:
     """One warning per process and reason, however many ``enable()`` calls (a script's and ``compatshim run``'s)."""
     if key not in STATE.warned:
         STATE.warned.add(key)
         warnings.warn(message, category, stacklevel=3)
-
-
-def status() -> ShimStatus:
-    """Report the installed versions, the verdict, the stage and the patches applied. Imports nothing heavy."""
-    composer, torch = installed('mosaicml'), installed('torch')
-    patches = _state.patched_targets()
-    stage = STATE.stage
-    parsed = None if composer is None else _parse(composer)
-    table_family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
-    if composer is None:
-        verdict, family, detail = Verdict.NOT_INSTALLED, None, 'Composer (mosaicml) is not installed.'
-    elif STATE.active:
-        verdict, family = Verdict.PATCHED, STATE.family
-        detail = f'Composer {composer} is patched: device_transforms runs on the device, stage {stage!r} by default.'
-    elif parsed is not None and parsed in UNAFFECTED:
-        verdict, family = Verdict.UNAFFECTED, None
-        detail = f'Composer {composer} runs device_transforms on the device itself; nothing to patch.'
-    elif table_family is not None:
-        verdict, family = Verdict.AFFECTED, table_family
-        detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
-        if _settings.kill_switch_on():
-            detail = (
-                f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so '
-                'enable() patches nothing.'
-            )
-    else:
-        verdict, family = Verdict.UNSUPPORTED, None
-        detail = (
-            f'Composer {composer} is outside the support table ({AFFECTED}); nothing is patched unless '
-            'enable(allow_untested=True) finds the shape the shim knows.'
-        )
-    return ShimStatus(
-        composer, torch, verdict, None if family is None else family.value, stage, patches, detail, STATE.allow_untested
-    )
 
 
 def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> ShimStatus:
@@ -173,7 +91,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
                 CompatShimWarning,
             )
             return status()
-        parsed = _parse(composer)
+        parsed = parse_version(composer)
         if parsed is not None and parsed in UNAFFECTED:
             return status()
         family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
@@ -195,23 +113,44 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
             STATE.enabling = False
         STATE.allow_untested = family is None
         STATE.stage = settings.stage
+        STATE.enabled_by = STATE.starting or 'compatshim.enable()'
         return status()
 
 
-def start() -> ShimStatus:
+def start(by: str = 'compatshim run') -> ShimStatus:
     """What ``compatshim run``'s import hook and ``import compatshim.auto`` do once Composer is there: ``enable()``, and
     with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (also where the shim patches nothing).
+
+    Args:
+        by: Who starts it (:attr:`ShimStatus.enabled_by`): ``'compatshim run'`` or ``'compatshim.auto'``.
 
     Raises:
         ConfigurationError: A setting is not allowed (checked before anything changes).
     """
     monitor = _settings.monitor()  # validated first: enable() validates its own settings before it changes anything
-    shim_status = enable()
+    with STATE.lock:
+        outer = STATE.starting  # compatshim.auto's enable() can fire compatshim run's hook: the outer one names it
+        STATE.starting = outer or by
+        try:
+            shim_status = enable()
+        finally:
+            STATE.starting = outer
     if monitor != 'off':
-        from compatshim.monitor import attach_to_every_trainer
-
-        attach_to_every_trainer(strict=monitor == 'strict')
+        _attach_monitor(strict=monitor == 'strict')
     return shim_status
+
+
+def _attach_monitor(**monitor_kwargs: Any) -> None:
+    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on: now, or, when ``compatshim.monitor`` is
+    half-imported (``from compatshim.monitor import ...`` as a script's first line imports Composer, which fires
+    ``compatshim run``'s hook in the middle of it), at the end of that import."""
+    half_imported = sys.modules.get('compatshim.monitor')
+    if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
+        STATE.attach_pending = monitor_kwargs
+        return
+    from compatshim.monitor import attach_to_every_trainer
+
+    attach_to_every_trainer(**monitor_kwargs)
 
 
 def _instrument(family: Optional[Family], version: str) -> Family:
@@ -248,6 +187,7 @@ def disable() -> ShimStatus:
         STATE.stage = None
         STATE.family = None
         STATE.allow_untested = False
+        STATE.enabled_by = None
         return status()
 
 

@@ -149,7 +149,8 @@ def _bench_command(args: argparse.Namespace) -> int:
         return _pipeline_command(args)
     wrong = _given(args, _PIPELINE_ONLY)
     if wrong:
-        print(f'compatshim bench: {", ".join(wrong)} go with --pipeline MODULE:CALLABLE', file=sys.stderr)
+        which = f'{wrong[0]} is' if len(wrong) == 1 else f'{", ".join(wrong)} are'
+        print(f'compatshim bench: {which} for --pipeline MODULE:CALLABLE only (none was given)', file=sys.stderr)
         return _exits.NOT_DONE
     if args.baselines and not Path(args.baselines).is_dir():
         print(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)', file=sys.stderr)
@@ -257,6 +258,9 @@ def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='compatshim', description="Composer's device_transforms on the accelerator again, and the means to see it."
     )
+    from compatshim import __version__
+
+    parser.add_argument('--version', action='version', version=f'compatshim {__version__}')
     sub = parser.add_subparsers(dest='subcommand', required=True)
 
     run = sub.add_parser(
@@ -312,7 +316,13 @@ def parser() -> argparse.ArgumentParser:
         "bytes, same-run ratios, compatshim's own cost), or, with --pipeline, your own pipeline, leg by leg, with "
         "the verdicts (the shim's factor, batch vs microbatch, input-bound) and a baseline to gate your CI on.",
     )
-    bench.add_argument('--device', choices=DEVICES, default='cpu')
+    bench.add_argument(
+        '--device',
+        choices=DEVICES,
+        default='cpu',
+        help='where the legs run: cpu (the fake accelerator: placement and bytes observable, no GPU needed), cuda or '
+        'mps (default: cpu)',
+    )
     bench.add_argument(
         '--pipeline',
         metavar='MODULE:CALLABLE',

@@ -29,7 +29,8 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
     (
         0,
         {
-            'compatshim doctor': 'fine: unaffected, or affected and the shim is enabled in this process and fixes it',
+            'compatshim doctor': 'fine: unaffected, or affected and the shim fixes it and is enabled in this process '
+            '(by compatshim.enable(), compatshim.auto, or compatshim run: compatshim run -- compatshim doctor)',
             'compatshim run -- COMMAND': "COMMAND's own exit code, whatever it is (the run replaces itself with it)",
             'compatshim bench': 'measured (and, with --baselines or --pipeline --compare, judged: no regression)',
             'compatshim report': 'judged and written: no regression',

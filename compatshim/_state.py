@@ -35,6 +35,14 @@ class ShimState:
     #: True while ``enable()`` imports and patches Composer: a re-entrant call (``compatshim run``'s import hook,
     #: fired by that very import) must leave the work to the outer call.
     enabling: bool = False
+    #: What enabled the active patches: ``compatshim.enable()``, ``compatshim run`` (its import hook),
+    #: ``compatshim.auto``; ``None`` while the shim is off.
+    enabled_by: Optional[str] = None
+    #: Set by :func:`compatshim._api.start` around its ``enable()``: who is starting the shim.
+    starting: Optional[str] = None
+    #: The monitor's arguments, when ``compatshim run --monitor`` asked to attach it while ``compatshim.monitor`` was
+    #: itself being imported (its import of Composer fired the run's hook): the monitor attaches when its import ends.
+    attach_pending: Optional[dict[str, Any]] = None
     #: One-per-process warnings already given (by key).
     warned: set[str] = dataclasses.field(default_factory=set)
 

@@ -55,6 +55,20 @@ def _structure_problem(given: Batch, result: Batch) -> Optional[str]:
     return None if ok else f'a {_kind(result)} for a batch that was a {_kind(given)}'
 
 
+#: What a transform must return, as every message of a wrong result says it.
+RESULT_RULE = (
+    'It must return the batch it was given, transformed: a tensor for a tensor, a list or tuple of the same length, '
+    'or a mapping.'
+)
+
+
+def result_problem(transform: Transform, given: Batch, result: Batch) -> Optional[str]:
+    """Why ``transform``'s ``result`` cannot stand for the batch it was ``given``, in words naming the transform
+    (``None`` if it can): ``'Normalize' returned None``."""
+    problem = _structure_problem(given, result)
+    return None if problem is None else f'{_name(transform)!r} returned {problem}'
+
+
 def _name(transform: Transform) -> str:
     return getattr(transform, '__qualname__', None) or type(transform).__name__
 
@@ -66,8 +80,7 @@ def _apply(hook: BatchHook | MicrobatchHook, batch: Batch, stage: str) -> Batch:
     if problem is not None:
         raise TransformResultError(
             f'compatshim: device_transforms {_name(hook.transform)!r} of {hook.spec_name} returned {problem} at stage '
-            f'{stage!r}. It must return the batch it was given, transformed: a tensor for a tensor, a list or tuple '
-            'of the same length, or a mapping.',
+            f'{stage!r}. {RESULT_RULE}',
         )
     return result
 

@@ -18,4 +18,4 @@ from compatshim._api import start
 from compatshim._support import installed
 
 if installed('mosaicml') is not None:
-    start()
+    start(by='compatshim.auto')

@@ -6,8 +6,10 @@ present (cuda, mps, else the CPU fake accelerator), with a probe ``device_transf
 once with it. The self-check runs in a child process (same interpreter, same ``sys.path``), so the calling process's
 shim state — enabled or not, stage, ``allow_untested``, family, patches — is exactly what it was.
 
-Exit codes: 0 fine (unaffected, or affected and fixed by the shim enabled in this process); 1 affected, and the shim
-fixes it here: add the one line (or the kill switch is set); 2 cannot tell (Composer or torch missing, a release
+Exit codes: 0 fine (unaffected, or affected and fixed by the shim enabled in this process: by ``compatshim.enable()``,
+``import compatshim.auto``, or ``compatshim run``, whose import hook enables it once Composer is imported, so that
+``compatshim run -- compatshim doctor`` confirms a fix from the command line); 1 affected, and the shim fixes it here:
+add the one line (or the kill switch is set); 2 cannot tell (Composer or torch missing, a release
 outside the support table without ``--allow-untested``, or the asked-for device absent); 3 affected, and the shim
 does NOT fix it here (please report the output).
 """
@@ -106,7 +108,7 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
 
         from compatshim.monitor import TransformMonitor
 
-        monitor = TransformMonitor()  # before the DataSpecs: it knows what each was given
+        monitor = TransformMonitor()  # imported before the DataSpecs are built: it knows what each was given
         model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
         trainer = Trainer(
             model=model,
@@ -200,7 +202,10 @@ def diagnose(
         allow_untested: Check a release outside the support table; default: as this process was enabled, else
             ``enable()``'s default.
     """
+    from compatshim._bootstrap import armed
+
     before = _api.status()
+    enabled_by = before.enabled_by or ('compatshim run' if armed() else None)
     settings = _settings.resolve(
         stage if stage is not None else before.stage,  # this process's stage, if enabled, counts as given
         allow_untested if allow_untested is not None else (True if STATE.allow_untested else None),
@@ -218,6 +223,7 @@ def diagnose(
         'detail': before.detail,
         'stage': stage,
         'allow_untested': untested,
+        'enabled_by': enabled_by,
         'would_patch': [],
         'kill_switch': os.environ.get(_settings.KILL_SWITCH),
         'self_check': None,
@@ -233,7 +239,6 @@ def diagnose(
             '--allow-untested to check whether the shim patches it here.'
         )
         return report
-    was_active = before.verdict is Verdict.PATCHED
     if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
         from compatshim.patches import TARGETS
 
@@ -254,20 +259,32 @@ def diagnose(
         'enable_error': child['enable_error'],
     }
     report['exit_code'], report['summary'] = conclude(
-        without, with_shim, stage, was_active=was_active, killed=settings.killed, enable_error=child['enable_error']
+        without,
+        with_shim,
+        stage,
+        enabled_by=enabled_by,
+        killed=settings.killed,
+        enable_error=child['enable_error'],
     )
     return report
 
 
 def conclude(
-    without: SelfCheck, with_shim: SelfCheck, stage: str, *, was_active: bool, killed: bool, enable_error: Optional[str]
+    without: SelfCheck,
+    with_shim: SelfCheck,
+    stage: str,
+    *,
+    enabled_by: Optional[str],
+    killed: bool,
+    enable_error: Optional[str],
 ) -> tuple[int, str]:
-    """The exit code and the one-line summary, from the two self-check legs (the doctor's rules, in one place)."""
+    """The exit code and the one-line summary, from the two self-check legs and what enabled the shim in this process
+    (``None``: nothing; the doctor's rules, in one place)."""
     if without.fixed('batch'):
         return EXIT_OK, 'Unaffected: device_transforms runs on the device.'
-    if with_shim.fixed(stage):
-        if was_active:
-            return EXIT_OK, 'Affected; the shim fixes it here and is enabled.'
+    if with_shim.fixed(stage) and not killed:
+        if enabled_by is not None:
+            return EXIT_OK, f'Affected; the shim fixes it here and is enabled in this process (by {enabled_by}).'
         return EXIT_AFFECTED, (
             'Affected; the shim fixes it here: add `import compatshim; compatshim.enable()` to your script, '
             'or start it with `compatshim run -- ...`.'

@@ -8,7 +8,7 @@ and the bytes that crossed host → device through the trainer's ``Device``, by 
     from composer import Trainer
     from compatshim.monitor import TransformMonitor
 
-    monitor = TransformMonitor()          # before building DataSpecs (or after compatshim.enable())
+    monitor = TransformMonitor()          # the import above is what lets it see the DataSpecs built after it
     trainer = Trainer(..., callbacks=[monitor])
 
 Keys (``logger.log_metrics``, every ``log_interval`` steps; ``LABEL`` is the dataloader label, ``NAME`` the
@@ -73,7 +73,15 @@ from compatshim.errors import CompatShimWarning, TransformPlacementError
 from compatshim.patches.watch import unwatch as _unwatch_dataspecs
 from compatshim.patches.watch import watch
 
-__all__ = ['Summary', 'TransformMonitor', 'TransformSummary', 'attach_to_every_trainer', 'unwatch', 'watch']
+__all__ = [
+    'Summary',
+    'TransformMonitor',
+    'TransformSummary',
+    'attach_to_every_trainer',
+    'run_record',
+    'unwatch',
+    'watch',
+]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +153,8 @@ class TransformMonitor(Callback):
         strict: Raise :class:`~compatshim.errors.TransformPlacementError`, on an accelerator, as soon as a
             ``device_transforms`` is known to be dropped or to run on the host, instead of warning.
 
-    Create it before building your DataSpecs (or enable the shim first): it knows the DataSpecs built since then.
+    It knows the DataSpecs built after ``compatshim.monitor`` was imported (or while the shim was on), wherever the
+    monitor itself is created.
     ``compatshim run --monitor`` attaches one to every Trainer of the run, with nothing to edit.
     """
 
@@ -186,6 +195,7 @@ class TransformMonitor(Callback):
         self._accelerator = name != 'cpu'
         self._clock = _recorder.clock_for({'gpu': 'cuda', 'mps': 'mps'}.get(name, 'cpu'))
         self._counter.install(device)
+        logger.log_hyperparameters(run_record(strict=self.strict))
 
     def fit_start(self, state: State, logger: Logger) -> None:
         self._watch(state, 'train')  # a dropped transform is known now, before the first batch
@@ -285,8 +295,8 @@ class TransformMonitor(Callback):
         self._blind.add(label)
         message = (
             f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec was "
-            'built before the monitor was created and while the shim was off. Create the TransformMonitor (or call '
-            'compatshim.enable()) before building DataSpecs, or start the run with compatshim run --monitor.'
+            'built before compatshim.monitor was imported and while the shim was off. Import compatshim.monitor (or '
+            'call compatshim.enable()) before building DataSpecs, or start the run with compatshim run --monitor.'
         )
         if self.strict:
             raise TransformPlacementError(message + ' (strict: a transform it cannot see is not verified)')
@@ -395,11 +405,12 @@ class TransformMonitor(Callback):
         if id(watched.spec) in self._warned and not self.strict:
             return
         self._warned.add(id(watched.spec))
-        what = 'is never called' if where == 'never called' else f'saw its batch on the {where}'
-        message = (
-            f"compatshim: {watched.spec_name}'s device_transforms {what} in '{label}' (Composer {self.composer}), "
-            f'not on the device. {self._fix()}'
+        what = (
+            f"is never called in '{label}': Composer {self.composer} drops it"
+            if where == 'never called'
+            else f"saw its batch on the {where} in '{label}' (Composer {self.composer}), not on the device"
         )
+        message = f"compatshim: {watched.spec_name}'s device_transforms {what}. {self._fix()}"
         if self.strict:
             raise TransformPlacementError(message)
         warnings.warn(message, CompatShimWarning, stacklevel=3)
@@ -521,7 +532,7 @@ class Summary:
         trainer waited for data."""
         parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transforms given'
         dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
-        more = f' ({self.steps_in_all} in all, checkpoints included)' if self.steps_in_all != self.steps else ''
+        more = f' ({self.steps_in_all} with the runs before a resume)' if self.steps_in_all > self.steps else ''
         waited = (
             ''
             if self.wait_ms_per_step is None or self.wait_share is None
@@ -589,7 +600,39 @@ def unwatch() -> None:
         _unwatch_dataspecs()
 
 
+def run_record(strict: bool = False) -> dict[str, Any]:
+    """compatshim's state in this process, as the hyperparameters :class:`TransformMonitor` logs once per run (at the
+    Trainer's ``INIT``, through ``logger.log_hyperparameters``), so that every logger of the run keeps it beside the
+    run's own: Composer's ``InMemoryLogger`` (``.hyperparameters``), ``FileLogger``, MLflow (params), W&B (config),
+    TensorBoard. Every value is a string or a bool, as each of those takes.
+
+    Keys: ``compatshim/version``, ``compatshim/composer`` (the release), ``compatshim/family`` (``host``,
+    ``dropped``, ``rejected``, or ``none`` where the release is unaffected or outside the table), ``compatshim/verdict``
+    (``patched``, ``affected``, ``unaffected``, ``unsupported``), ``compatshim/stage`` (the default stage, ``off``
+    while nothing is patched), ``compatshim/patched`` (the patched targets, comma-separated; ``nothing``),
+    ``compatshim/enabled_by`` (``compatshim.enable()``, ``compatshim run``, ``compatshim.auto``; ``nothing``) and
+    ``compatshim/monitor_strict``.
+    """
+    from compatshim._status import status
+    from compatshim._version import __version__
+
+    shim = status()
+    return {
+        'compatshim/version': __version__,
+        'compatshim/composer': shim.composer_version or 'not installed',
+        'compatshim/family': shim.family or 'none',
+        'compatshim/verdict': shim.verdict.value,
+        'compatshim/stage': shim.stage or 'off',
+        'compatshim/patched': ', '.join(shim.patches) or 'nothing',
+        'compatshim/enabled_by': shim.enabled_by or 'nothing',
+        'compatshim/monitor_strict': strict,
+    }
+
+
 watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it (see the docstring)
+if STATE.attach_pending is not None:  # compatshim run's hook fired inside this module's own import of Composer
+    attach_to_every_trainer(**STATE.attach_pending)
+    STATE.attach_pending = None
 
 
 def _rank() -> int:

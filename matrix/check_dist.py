@@ -1,12 +1,14 @@
 """Check the built sdist and wheel: metadata, contents, and what `pip install` would pull in (`tox -e build`).
 
-    python matrix/check_dist.py --build     # build both into a temporary directory first (what tox -e build runs)
-    python matrix/check_dist.py DIST_DIR    # check what is already built there
+    python matrix/check_dist.py --build                  # build both into a temporary directory, then check them
+    python matrix/check_dist.py --build --out dist --tag v0.1.0   # the release workflow: keep them, and the tag
+    python matrix/check_dist.py DIST_DIR                  # check what is already built there
+    python matrix/check_dist.py --notes 0.1.0             # print CHANGELOG.md's section of that release
 
 Fails (exit 1, naming each problem) unless:
 
 * ``twine check --strict`` passes (the long description renders; with ``--build``);
-* there is exactly one wheel and one sdist, both of the version in ``compatshim/__init__.py`` (the single source),
+* there is exactly one wheel and one sdist, both of the version in ``compatshim/_version.py`` (the single source),
   which is the newest release in ``CHANGELOG.md``;
 * the metadata names the project's URLs (Documentation, Source, Issues, Changelog);
 * the wheel holds only the ``compatshim`` package (every module a file of this checkout, so nothing stale from an old
@@ -14,14 +16,17 @@ Fails (exit 1, naming each problem) unless:
   baselines, no reports, no ``matrix/``;
 * its metadata requires ``packaging`` only, with matplotlib only under the ``bench`` extra;
 * ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
-  package index).
+  package index);
+* with ``--tag``: the tag is ``v`` and that version, and CHANGELOG.md has a section for it.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import email
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -41,11 +46,11 @@ def _changelog_version() -> str:
 
 
 def _version() -> str:
-    tree = ast.parse((ROOT / 'compatshim' / '__init__.py').read_text())
+    tree = ast.parse((ROOT / 'compatshim' / '_version.py').read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, 'id', None) == '__version__' for t in node.targets):
             return str(ast.literal_eval(node.value))
-    raise SystemExit('compatshim/__init__.py has no __version__')
+    raise SystemExit('compatshim/_version.py has no __version__')
 
 
 def _would_install(requirement: str) -> set[str]:
@@ -139,16 +144,55 @@ def _build(out: Path) -> list[str]:
     return [] if twine.returncode == 0 else [f'twine check --strict failed:\n{twine.stdout}{twine.stderr}']
 
 
+def release_notes(version: str) -> str:
+    """CHANGELOG.md's section of ``version``: the lines under ``## [version]`` up to the next ``## `` heading."""
+    lines, inside = [], False
+    for line in (ROOT / 'CHANGELOG.md').read_text().splitlines():
+        if line.startswith('## '):
+            if inside:
+                break
+            inside = line.startswith(f'## [{version}]')
+            continue
+        if inside and not re.match(r'\[[^\]]+\]: ', line):  # a link definition of the changelog's, not the notes'
+            lines.append(line)
+    if not inside and not lines:
+        raise SystemExit(f'CHANGELOG.md has no section "## [{version}]"')
+    return '\n'.join(lines).strip() + '\n'
+
+
+def _tag_problems(tag: str) -> list[str]:
+    version = _version()
+    if tag != f'v{version}':
+        return [f'the tag {tag} is not v{version} (compatshim.__version__)']
+    try:
+        release_notes(version)
+    except SystemExit as exc:
+        return [str(exc)]
+    return []
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    if argv[0] == '--build':
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('dist', nargs='?', help='a directory holding the built sdist and wheel')
+    parser.add_argument('--build', action='store_true', help='build them first')
+    parser.add_argument('--out', help='with --build: build into this directory (default: a temporary one)')
+    parser.add_argument('--tag', help='the release tag, which must be v and the version')
+    parser.add_argument('--notes', metavar='VERSION', help="print CHANGELOG.md's section of VERSION, and nothing else")
+    args = parser.parse_args(argv)
+    if args.notes:
+        print(release_notes(args.notes), end='')
+        return 0
+    if bool(args.build) == bool(args.dist) or (args.out and not args.build):
+        parser.error('give --build [--out DIR] or DIST_DIR')
+    problems = _tag_problems(args.tag) if args.tag else []
+    if args.build:
         with tempfile.TemporaryDirectory() as tmp:
-            problems = _build(Path(tmp))
-            problems += check(Path(tmp))
+            out = Path(args.out or tmp)
+            out.mkdir(parents=True, exist_ok=True)
+            problems += _build(out)
+            problems += check(out)
     else:
-        problems = check(Path(argv[0]))
+        problems += check(Path(args.dist))
     for problem in problems:
         print(f'check_dist: {problem}', file=sys.stderr)
     print('check_dist: ' + ('FAILED' if problems else 'ok'))

@@ -23,10 +23,21 @@ from typing import NoReturn, Optional
 
 from compatshim._settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VAR, monitor, resolve
 
-__all__ = ['BOOTSTRAP_DIR', 'child_environment', 'exec_command', 'without_bootstrap']
+__all__ = ['BOOTSTRAP_DIR', 'armed', 'child_environment', 'exec_command', 'without_bootstrap']
 
 #: The directory whose ``sitecustomize.py`` arms the import hook. It holds nothing else that could be imported.
 BOOTSTRAP_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def armed() -> bool:
+    """Whether ``compatshim run``'s import hook is armed in this process (its ``sitecustomize`` ran, and Composer has
+    not been imported yet): the shim will be enabled when Composer is imported."""
+    import sys
+
+    return any(
+        type(finder).__name__ == 'ComposerImportHook' and type(finder).__module__ == 'sitecustomize'
+        for finder in sys.meta_path
+    )
 
 
 def without_bootstrap(pythonpath: str) -> list[str]:

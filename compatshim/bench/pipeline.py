@@ -47,6 +47,7 @@ import torch
 import compatshim
 from compatshim import _exits
 from compatshim._support import DEVICES, UNAFFECTED_FAMILY, Family, family_of, installed
+from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import judge, metrics, timing
 from compatshim.bench.results import LegResult, PipelineResult, now
 
@@ -96,8 +97,12 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
         unknown = sorted(set(made) - set(FIELDS))
         missing = [field for field in ('dataloader', 'transform') if field not in made]
         if unknown or missing:
-            wrong = f'unknown keys {unknown}' if unknown else f'no {" or ".join(missing)}'
-            raise PipelineError(f'{name}() returned a mapping with {wrong}; its keys are {", ".join(FIELDS)}')
+            wrong = f'unknown keys {unknown}' if unknown else f'no {" and no ".join(repr(m) for m in missing)}'
+            optional = ', '.join(f for f in FIELDS if f not in ('dataloader', 'transform'))
+            raise PipelineError(
+                f'{name}() returned a mapping with {wrong}; a pipeline mapping needs dataloader and transform, and may '
+                f'have {optional}'
+            )
         made = Pipeline(**made)
     if not isinstance(made, Pipeline):
         raise PipelineError(
@@ -395,7 +400,15 @@ def measure(
     device = observable_device(device_kind)
     try:
         batches = [first, *(source.next() for _ in range(steps - 1))]
-        ceiling_batches = [pipeline.transform(device.batch_to_device(batch)) for batch in batches]
+        ceiling_batches = []
+        for batch in batches:  # the ceiling's batches: every leg's transform is tried here, before any leg runs
+            moved = device.batch_to_device(batch)
+            ceiling_batches.append(pipeline.transform(moved))
+            problem = result_problem(pipeline.transform, moved, ceiling_batches[-1])
+            if problem is not None:
+                raise PipelineError(f'{name}: its transform {problem}. {RESULT_RULE}')
+    except PipelineError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
         raise PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {_first_line(exc)}') from None
     runs: list[_Run] = []

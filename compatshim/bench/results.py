@@ -201,9 +201,10 @@ class PipelineResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
         """Read a stored pipeline result; another schema, or another kind of result, is refused, naming it."""
-        if not isinstance(data, dict) or data.get('schema') != SCHEMA or data.get('kind') != 'pipeline':
-            found = (data.get('kind'), data.get('schema')) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f'not a pipeline result of schema {SCHEMA} ({found!r}): measure it again')
+        if not isinstance(data, dict) or data.get('kind') != 'pipeline':
+            raise ValueError('it is not a result of compatshim bench --pipeline')
+        if data.get('schema') != SCHEMA:
+            raise ValueError(f'it is a pipeline result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
         data = _known(cls, data)
         legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
         return cls(legs=legs, **data)
@@ -249,7 +250,8 @@ def load_pipeline(directory: PathLike, name: str) -> PipelineResult:
     try:
         return PipelineResult.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f'{path.as_posix()} cannot be read ({exc}); save it again with --save {name}') from exc
+        reason = exc if isinstance(exc, ValueError) and str(exc).startswith('it ') else f'{type(exc).__name__}: {exc}'
+        raise ValueError(f'{path.as_posix()} cannot be used: {reason}; save it again with --save {name}') from exc
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -134,8 +134,16 @@ def test_positional_device_transforms_where_composer_has_the_parameter() -> None
     assert hook.transform is probe
 
 
+def _pretend_installed(monkeypatch: pytest.MonkeyPatch, installed: Any) -> None:
+    """What ``importlib.metadata`` says, as ``enable()`` and ``status()`` both read it."""
+    from compatshim import _status
+
+    monkeypatch.setattr(_api, 'installed', installed)
+    monkeypatch.setattr(_status, 'installed', installed)
+
+
 def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_api, 'installed', lambda dist: None)
+    _pretend_installed(monkeypatch, lambda dist: None)
     with pytest.raises(compatshim.ComposerNotInstalledError, match='Composer is not installed'):
         compatshim.enable()
     assert compatshim.status().verdict is compatshim.Verdict.NOT_INSTALLED
@@ -143,7 +151,7 @@ def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_api, 'installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    _pretend_installed(monkeypatch, lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
     with pytest.warns(compatshim.UnsupportedComposerWarning, match='0.33.0.dev0 is outside the support table'):
         s = compatshim.enable()
     assert s.verdict is compatshim.Verdict.UNSUPPORTED and s.patches == ()
@@ -152,7 +160,7 @@ def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch
 @NEEDS_PATCH
 def test_untested_release_opt_in_checks_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     """Opted in, the installed code's shape decides the family (here it is the real, known shape)."""
-    monkeypatch.setattr(_api, 'installed', lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
+    _pretend_installed(monkeypatch, lambda dist: '0.33.0.dev0' if dist == 'mosaicml' else '2.7.0')
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         s = compatshim.enable(allow_untested=True)

@@ -354,7 +354,7 @@ def test_the_wait_for_data_is_the_fetch_alone(monkeypatch: pytest.MonkeyPatch) -
 
 @needs_dataspec_keyword
 def test_resume_from_a_checkpoint_keeps_counting(tmp_path: Path) -> None:
-    """The monitor's totals travel in the checkpoint: a run resumed at step 2 of 4 says 4 steps in all."""
+    """The monitor's totals travel in the checkpoint: a run resumed at step 2 of 4 says 4 steps with the runs before."""
     from composer.core import DataSpec
 
     from compatshim.monitor import TransformMonitor
@@ -382,7 +382,7 @@ def test_resume_from_a_checkpoint_keeps_counting(tmp_path: Path) -> None:
     (one,), (two,) = first.summaries, resumed.summaries
     assert (one.steps, one.steps_in_all) == (2, 2)
     assert (two.steps, two.steps_in_all) == (2, 4), two.line
-    assert '4 in all, checkpoints included' in two.line
+    assert '(4 with the runs before a resume)' in two.line
     assert two.transforms['device_transforms'].where == 'device'
 
 
@@ -591,3 +591,45 @@ def test_device_time_is_logged_at_the_step_it_belongs_to() -> None:
     assert len(calls) == 4 and len(timed) == 4, (calls, timed)
     assert sorted(timed) == sorted(calls), f'time logged at steps {timed}, its steps were {calls}'
     assert all(isinstance(step, int) for step in timed), timed
+
+
+@pytest.mark.parametrize('shim', [True, False], ids=['shim', 'no-shim'])
+def test_the_run_records_compatshim_as_hyperparameters(shim: bool, tmp_path: Path) -> None:
+    """Once per run, through Composer's loggers: compatshim's version, the release, family, verdict, stage, what is
+    patched and by what, in the real ``InMemoryLogger`` (``hyperparameters``) and ``FileLogger`` (its text file), with
+    the shim on and off: a reader of two runs can tell which one had it."""
+    from composer.core import DataSpec
+    from composer.loggers import FileLogger, InMemoryLogger
+
+    from compatshim.monitor import TransformMonitor
+
+    if shim:
+        compatshim.enable()
+    else:
+        compatshim.disable()
+    memory, path = InMemoryLogger(), tmp_path / 'run.log'
+    argument = 'device_transforms' if shim or FAMILY is not Family.REJECTED else 'batch_transforms'
+    t, _ = trainer(
+        make_device(),
+        train_dataloader=DataSpec(loader(8), **{argument: Probe()}),
+        max_duration='1ba',
+        callbacks=[TransformMonitor(strict=shim)],
+        loggers=[memory, FileLogger(filename=str(path), flush_interval=1)],
+    )
+    t.close()
+    found = {k: v for k, v in memory.hyperparameters.items() if k.startswith('compatshim/')}
+    patched = shim and IS_AFFECTED
+    assert found['compatshim/version'] == compatshim.__version__ and found['compatshim/composer'] == COMPOSER
+    assert found['compatshim/family'] == (FAMILY.value if FAMILY else 'none')
+    expected = 'patched' if patched else 'affected' if IS_AFFECTED else 'unaffected'
+    assert found['compatshim/verdict'] == expected
+    assert found['compatshim/stage'] == ('batch' if patched else 'off')
+    if patched:
+        assert 'DataSpec' in found['compatshim/patched'], found
+    else:
+        assert found['compatshim/patched'] == 'nothing', found
+    assert found['compatshim/enabled_by'] == ('compatshim.enable()' if patched else 'nothing')
+    assert found['compatshim/monitor_strict'] is shim
+    text = path.read_text()
+    for key, value in found.items():
+        assert f'[hyperparameter]: {key}: ' in text and str(value) in text, key

@@ -143,14 +143,23 @@ def test_a_transform_ten_times_as_slow_fails_the_timing_gate(user_repo: Path, ca
         (['--pipeline', 'uint8_pipeline:MEAN'], 'uint8_pipeline:MEAN is Tensor, not a callable'),
         (['--pipeline', 'wrong:raises'], 'wrong:raises() raised RuntimeError: no data here'),
         (['--pipeline', 'wrong:a_list'], 'wrong:a_list() returned list, not a compatshim.bench.Pipeline or a mapping'),
-        (['--pipeline', 'wrong:no_transform'], 'wrong:no_transform() returned a mapping with no transform'),
+        (
+            ['--pipeline', 'wrong:no_transform'],
+            "wrong:no_transform() returned a mapping with no 'transform'; a pipeline mapping needs dataloader and "
+            'transform, and may have model, microbatch_size, get_num_samples_in_batch',
+        ),
+        (
+            ['--pipeline', 'wrong:returns_none'],
+            "wrong:returns_none: its transform 'forgets_to_return' returned None. It must return the batch it was "
+            'given, transformed',
+        ),
         (['--pipeline', 'wrong:extra_key'], "returned a mapping with unknown keys ['batch_size']"),
         (['--pipeline', 'wrong:not_callable_transform'], 'transform is int, not a callable'),
         (['--pipeline', SPEC, '--save', '../main'], "'../main' is not a baseline name"),
         (['--pipeline', SPEC, '--compare', 'never-saved'], "no baseline 'never-saved' in .compatshim/benchmarks"),
         (['--pipeline', SPEC, '--size', 'tiny'], '--pipeline does not take --size'),
         (['--pipeline', SPEC, '--rounds', '0'], 'rounds must be an int >= 1, got 0'),
-        (['--save', 'main'], '--save go with --pipeline MODULE:CALLABLE'),
+        (['--save', 'main'], '--save is for --pipeline MODULE:CALLABLE only (none was given)'),
     ],
     ids=lambda value: value if isinstance(value, str) and len(value) < 30 else None,
 )
@@ -164,6 +173,9 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
         'def no_transform():\n    return {"dataloader": [1, 2]}\n'
         'def extra_key():\n    return {"dataloader": [1], "transform": abs, "batch_size": 8}\n'
         'def not_callable_transform():\n    return {"dataloader": [1], "transform": 3}\n'
+        'def forgets_to_return(batch):\n    batch[0].float()\n'
+        'def returns_none():\n    from uint8_pipeline import pipeline\n'
+        '    return {**pipeline(), "transform": forgets_to_return}\n'
     )
 
     def files() -> set[Path]:

@@ -232,3 +232,13 @@ def test_registered_as_a_pytest11_entry_point() -> None:
     group = found.select(group='pytest11') if hasattr(found, 'select') else found.get('pytest11', [])  # Python 3.9
     plugins = {ep.name: ep.value for ep in group}
     assert plugins.get('compatshim') == 'compatshim.pytest_plugin'
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``compatshim --version`` prints the version and exits 0 (argparse's own action: no subcommand needed)."""
+    import compatshim
+    from compatshim import _cli
+
+    with pytest.raises(SystemExit) as exited:
+        _cli.main(['--version'])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f'compatshim {compatshim.__version__}'

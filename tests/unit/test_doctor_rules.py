@@ -21,7 +21,7 @@ REJECTED = SelfCheck(
 
 
 def _conclude(without: SelfCheck, with_shim: SelfCheck, stage: str = 'batch', **kw: Any) -> tuple[int, str]:
-    settings: dict[str, Any] = {'was_active': False, 'killed': False, 'enable_error': None, **kw}
+    settings: dict[str, Any] = {'enabled_by': None, 'killed': False, 'enable_error': None, **kw}
     return conclude(without, with_shim, stage, **settings)
 
 
@@ -30,11 +30,29 @@ def test_unaffected() -> None:
 
 
 @pytest.mark.parametrize('without', [HOST, DROPPED, REJECTED], ids=['host', 'dropped', 'rejected'])
-@pytest.mark.parametrize(('was_active', 'code'), [(False, EXIT_AFFECTED), (True, EXIT_OK)])
-def test_affected_and_fixed(without: SelfCheck, was_active: bool, code: int) -> None:
-    exit_code, summary = _conclude(without, SelfCheck(True, **ON_DEVICE), was_active=was_active)
+@pytest.mark.parametrize(
+    ('enabled_by', 'code'),
+    [
+        (None, EXIT_AFFECTED),
+        ('compatshim.enable()', EXIT_OK),
+        ('compatshim run', EXIT_OK),
+        ('compatshim.auto', EXIT_OK),
+    ],
+)
+def test_affected_and_fixed(without: SelfCheck, enabled_by: str, code: int) -> None:
+    """Fixed by the shim: exit 0 where it is enabled in this process, saying by what (``compatshim run``'s hook
+    counts, armed or fired); else exit 1 with the one line to add."""
+    exit_code, summary = _conclude(without, SelfCheck(True, **ON_DEVICE), enabled_by=enabled_by)
     assert exit_code == code
-    assert ('is enabled' in summary) is was_active and ('compatshim run' in summary) is not was_active
+    if enabled_by:
+        assert f'is enabled in this process (by {enabled_by})' in summary
+    else:
+        assert 'add `import compatshim; compatshim.enable()`' in summary and 'compatshim run' in summary
+
+
+def test_a_kill_switch_under_compatshim_run_is_not_a_fix() -> None:
+    exit_code, summary = _conclude(HOST, HOST, enabled_by='compatshim run', killed=True)
+    assert exit_code == EXIT_AFFECTED and 'COMPATSHIM_DISABLE' in summary
 
 
 def test_stage_microbatch_is_fixed_without_coherence() -> None:

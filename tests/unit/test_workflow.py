@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.version import Version
 
-from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES
+from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES, family_of
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'matrix'))
@@ -249,3 +250,47 @@ def test_actionlint_finds_nothing_in_the_user_workflow(tmp_path: Path) -> None:
     assert found.returncode == 0, found.stdout + found.stderr
     unlabelled = _actionlint(tmp_path, 'compatshim.yml')
     assert unlabelled.returncode == 1 and 'label "gpu" is unknown' in unlabelled.stdout, unlabelled.stdout
+
+
+def test_the_release_workflow_builds_once_smoke_tests_the_wheel_and_publishes_by_trusted_publishing() -> None:
+    """On a ``v*`` tag: one build job builds and checks the files (and the tag); the smoke jobs install the built wheel
+    (not the checkout) beside a Composer release of each affected family and run the doctor and the placement tests;
+    publish uploads those same files with PyPI's trusted publishing (an OIDC token in the ``pypi`` environment, no
+    password); the GitHub release takes CHANGELOG.md's section."""
+    release: dict[str, Any] = yaml.safe_load((WORKFLOWS / 'release.yml').read_text())
+    triggers = release[True]  # YAML reads the key `on` as True
+    assert triggers == {'push': {'tags': ['v*']}}
+    jobs = release['jobs']
+    runs = {name: ' '.join(step.get('run', '') for step in job['steps']) for name, job in jobs.items()}
+    builds = [name for name, text in runs.items() if '--build' in text or 'python -m build' in text]
+    assert builds == ['build'] and '--tag "$GITHUB_REF_NAME"' in runs['build']
+    smoke = jobs['smoke']
+    assert smoke['needs'] == 'build' and 'dist/*.whl' in runs['smoke'] and 'pip install -e' not in runs['smoke']
+    for part in ('compatshim" doctor', 'compatshim" run --', 'test_placement.py', 'rm -rf compatshim'):
+        assert part in runs['smoke'], part
+    newest: dict[Any, str] = {}
+    for row in TESTED_RELEASES:
+        family = family_of(row.composer)
+        if family is not None and not row.override and Version(row.composer) > Version(newest.get(family, '0')):
+            newest[family] = row.composer
+    assert sorted(smoke['strategy']['matrix']['composer']) == sorted(newest.values()), 'the newest of each family'
+    publish = jobs['publish']
+    assert set(publish['needs']) == {'build', 'smoke'}
+    assert publish['environment']['name'] == 'pypi' and publish['permissions'] == {'id-token': 'write'}
+    assert [s['uses'] for s in publish['steps'] if 'uses' in s][-1].startswith('pypa/gh-action-pypi-publish@')
+    assert not any('password' in s.get('with', {}) for s in publish['steps'])
+    assert release['permissions'] == {'contents': 'read'}, 'write access only where a job needs it'
+    assert jobs['github-release']['permissions'] == {'contents': 'write'} and '--notes' in runs['github-release']
+
+
+def test_the_release_notes_are_the_changelogs_section() -> None:
+    import check_dist
+
+    version = check_dist._version()
+    notes = check_dist.release_notes(version)
+    assert notes.strip() and '### Added' in notes and not any(line.startswith('## ') for line in notes.splitlines())
+    assert f'[{version}]: ' not in notes and '[Unreleased]: ' not in notes
+    assert check_dist._tag_problems(f'v{version}') == []
+    assert check_dist._tag_problems('v0.0.0-not-it') == [
+        f'the tag v0.0.0-not-it is not v{version} (compatshim.__version__)'
+    ]
