@@ -38,10 +38,10 @@ def main() -> None:
     import compatshim
     from compatshim.monitor import TransformMonitor
 
+    from composer.utils import dist
+
     data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
-    loader = torch.utils.data.DataLoader(
-        data, batch_size=4, sampler=torch.utils.data.distributed.DistributedSampler(data) if _ranks() > 1 else None
-    )
+    loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=dist.get_sampler(data))
     trainer = Trainer(
         model=ComposerClassifier(torch.nn.Linear(4, 2), num_classes=2),
         train_dataloader=loader,

@@ -296,7 +296,7 @@ class Share(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         share = statistics.median(now)
         over = share > self.limit
-        reason = f'{share:.3g}% of a step, {"over" if over else "within"} the limit'
+        reason = f'{"over" if over else "within"} the limit'
         return Judgement(metric, 'regression' if over else 'ok', reason, None, share, f'≤ {self.limit:g}%', None, '%')
 
     def show(self, samples: list[Any]) -> str:
@@ -460,8 +460,8 @@ OVERHEAD = Overhead()
 FIGURE = Figure()
 #: The limits are stated for a step of the real workload (a step of the tiny test size is no such step). Measured on
 #: unchanged code, quiet and beside two CPU-bound processes, on two 2-core machines whose speed differs by up to 1.7x:
-#: the monitor 0.13-0.31% of a step (limit 1%), the shim's hook 0.018-0.034% (limit 0.1%); 50 µs more per hook call
-#: makes the hook 0.16-0.31% of a step there. The hook's limit is stated at the cpu size only: a GPU's shorter step
+#: the monitor 0.13-0.35% of a step (limit 1%), the shim's hook 0.018-0.043% (limit 0.1%); 50 µs more per hook call
+#: made the hook 0.19-0.38% of a step. The hook's limit is stated at the cpu size only: a GPU's shorter step
 #: has not been measured against it (there it is reported).
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))

@@ -159,7 +159,7 @@ def test_strict_fails_the_first_step_whose_transform_is_not_on_the_device() -> N
         max_duration='4ba',
         callbacks=[monitor],
     )
-    with pytest.raises(compatshim.TransformPlacementError, match=f"in 'train' \\(Composer {COMPOSER}\\)"):
+    with pytest.raises(compatshim.TransformPlacementError, match=f"in 'train'.*Composer {COMPOSER}"):
         t.fit()
     assert len(probe.calls) == (1 if FAMILY is Family.HOST else 0), 'strict stops at the first step'
 
