@@ -34,11 +34,10 @@ def main() -> None:
     import torch
     from composer import Trainer
     from composer.models import ComposerClassifier
+    from composer.utils import dist
 
     import compatshim
     from compatshim.monitor import TransformMonitor
-
-    from composer.utils import dist
 
     data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
     loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=dist.get_sampler(data))
