@@ -124,6 +124,10 @@ def _pipeline_command(args: argparse.Namespace) -> int:
         size = 'quick' if args.quick else 'default'
         pipeline.check_counts(size, args.steps, args.rounds)
         loaded = pipeline.load(args.pipeline)
+        if baseline is not None:
+            pipeline.refuse_unlike(
+                args.pipeline, loaded, baseline, args.compare, args.device, size, args.steps, args.rounds
+            )
         result = pipeline.measure(
             args.pipeline, loaded, args.device, size, sys.stderr, steps=args.steps, rounds=args.rounds
         )

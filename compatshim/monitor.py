@@ -452,6 +452,7 @@ class TransformMonitor(Callback):
                 ms_per_step=statistics.median(one.ms) if one.ms and calls else None,
                 stage=stage,
                 fate=one.slot.fate,
+                ms_in_all=sum(one.ms) if one.ms and calls else None,
             )
         steps = loop.steps
         summary = Summary(
@@ -497,6 +498,8 @@ class TransformSummary:
     #: What became of it (:class:`compatshim._dataspecs.Fate`): called by Composer, before the move, dropped, placed by
     #: the shim.
     fate: Fate = Fate.CALLED
+    #: The time of every step kept (the last ones of a long loop), on the same clock as ``ms_per_step``.
+    ms_in_all: Optional[float] = None
 
     def text(self, name: str) -> str:
         stage = f'stage {self.stage}' if self.stage else 'the shim is off' if self.fate is Fate.PLACED else ''

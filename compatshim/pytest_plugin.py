@@ -188,10 +188,16 @@ def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
         else:
             name = name or request.node.nodeid
             made = pipelines.as_pipeline(pipeline, name)
+        size = 'quick' if quick else 'default'
+        if baseline is not None and compare is not None:
+            try:
+                pipelines.refuse_unlike(name, made, baseline, compare, device, size)
+            except pipelines.PipelineError as exc:
+                pytest.fail(str(exc), pytrace=False)
         before = compatshim.status().stage
         compatshim.disable()
         try:
-            result = pipelines.measure(name, made, device, 'quick' if quick else 'default')
+            result = pipelines.measure(name, made, device, size)
         finally:
             if before is not None:
                 compatshim.enable(stage=before)

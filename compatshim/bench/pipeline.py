@@ -49,7 +49,7 @@ from compatshim import _exits
 from compatshim._support import DEVICES, UNAFFECTED_FAMILY, Family, family_of, installed
 from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import judge, metrics, timing
-from compatshim.bench.results import LegResult, PipelineResult, now
+from compatshim.bench.results import LegResult, PipelineResult, now, quartiles
 
 __all__ = [
     'SIZES',
@@ -356,7 +356,8 @@ def measure(
     steps: Optional[int] = None,
     rounds: Optional[int] = None,
 ) -> PipelineResult:
-    """Measure every leg of ``pipeline`` on the installed Composer (see the module docstring).
+    """Measure every leg of ``pipeline`` on the installed Composer (see the module docstring), on the CPU fake
+    accelerator with torch's threads fixed (:func:`compatshim.bench.timing.pinned_threads`).
 
     Args:
         name: How results and baselines name the pipeline (``MODULE:CALLABLE``).
@@ -371,8 +372,6 @@ def measure(
         ValueError: An unknown device or size, a device that is absent, steps or rounds below 1.
         RuntimeError: The shim is enabled in this process (the bench turns it on and off per leg).
     """
-    from compatshim.monitor import TransformMonitor
-    from compatshim.testing import observable_device
 
     if device_kind not in DEVICES:
         raise ValueError(f'unknown device {device_kind!r}; choose one of {", ".join(DEVICES)}')
@@ -384,6 +383,24 @@ def measure(
     if compatshim.status().patches:
         raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
     steps, rounds = check_counts(size, steps, rounds)
+    with timing.pinned_threads(device_kind) as threads:
+        return _measure(name, pipeline, device_kind, size, progress, steps, rounds, composer, threads)
+
+
+def _measure(
+    name: str,
+    pipeline: Pipeline,
+    device_kind: str,
+    size: str,
+    progress: Optional[TextIO],
+    steps: int,
+    rounds: int,
+    composer: str,
+    threads: int,
+) -> PipelineResult:
+    from compatshim.monitor import TransformMonitor
+    from compatshim.testing import observable_device
+
     allocator = timing.pin_allocator()
     started = time.perf_counter()
 
@@ -393,10 +410,7 @@ def measure(
 
     source = _Source(pipeline.dataloader)
     first = source.next()
-    from composer.core import DataSpec
-
-    count = pipeline.get_num_samples_in_batch or DataSpec(_Replay([first])).get_num_samples_in_batch
-    samples = int(count(first))
+    samples = _samples(pipeline, first)
     device = observable_device(device_kind)
     try:
         batches = [first, *(source.next() for _ in range(steps - 1))]
@@ -444,7 +458,11 @@ def measure(
         torch=torch.__version__,
         device=device_kind,
         family=getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        fingerprint={**_fingerprint(name, device_kind, size, steps, rounds, samples, pipeline), 'allocator': allocator},
+        fingerprint={
+            **_fingerprint(name, device_kind, size, steps, rounds, samples, pipeline),
+            'allocator': allocator,
+            'torch_threads': threads,
+        },
         measured_at=now(),
         steps=steps,
         legs=legs,
@@ -452,6 +470,50 @@ def measure(
     )
     result.verdicts = verdicts(result)
     return result
+
+
+def _samples(pipeline: Pipeline, batch: Any) -> int:
+    """Samples in ``batch``, as Composer counts them (or as the pipeline's own ``get_num_samples_in_batch`` does)."""
+    from composer.core import DataSpec
+
+    count = pipeline.get_num_samples_in_batch or DataSpec(_Replay([batch])).get_num_samples_in_batch
+    return int(count(batch))
+
+
+def refuse_unlike(
+    name: str,
+    pipeline: Pipeline,
+    baseline: PipelineResult,
+    baseline_name: str,
+    device_kind: str,
+    size: str,
+    steps: Optional[int] = None,
+    rounds: Optional[int] = None,
+) -> None:
+    """Refuse, before anything is measured, a baseline that cannot be compared with the run asked for: another
+    pipeline, size, device, samples per step or microbatch size (one batch of the dataloader is read to count).
+
+    Raises:
+        PipelineError: One line naming what differs, and how to save a new baseline.
+    """
+    steps, rounds = check_counts(size, steps, rounds)
+    try:
+        samples = _samples(pipeline, next(iter(pipeline.dataloader)))
+    except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
+        raise PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {_first_line(exc)}') from None
+    planned = _Planned(_comparable_by(name, device_kind, size, steps, rounds, samples, pipeline))
+    unlike = metrics.comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
+    if unlike:
+        raise PipelineError(
+            f'the baseline {baseline_name!r} is not comparable: {unlike}; save a new one with --save {baseline_name}'
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """What a run will measure, known before it runs (the keys a baseline must match)."""
+
+    fingerprint: dict[str, Any]
 
 
 def check_counts(size: str, steps: Optional[int], rounds: Optional[int]) -> tuple[int, int]:
@@ -528,8 +590,14 @@ def _leg_result(run: _Run, steps: int) -> LegResult:
     coherence = '' if argument is None else coherence
     last = run.summaries[-1]
     ms = [t.ms_per_step for t in seen if t.ms_per_step is not None]
+    shares = [
+        found.ms_in_all / (window * 1e3)
+        for window, summary in zip(run.windows, run.summaries)
+        for found in [summary.transforms.get(argument) if argument else None]
+        if found is not None and found.ms_in_all is not None and window > 0
+    ]
     waits = [s.wait_ms_per_step for s in run.summaries if s.wait_ms_per_step is not None]
-    shares = [s.wait_share for s in run.summaries if s.wait_share is not None]
+    waited = [s.wait_share for s in run.summaries if s.wait_share is not None]
     return LegResult(
         run.leg.description,
         placement=placement,
@@ -542,7 +610,8 @@ def _leg_result(run: _Run, steps: int) -> LegResult:
         beside_s=run.beside,
         transform_ms=statistics.median(ms) if ms else None,
         wait_ms=statistics.median(waits) if waits else None,
-        wait_share=statistics.median(shares) if shares else None,
+        wait_share=statistics.median(waited) if waited else None,
+        transform_share=statistics.median(shares) if shares else None,
         monitor=last.text,
     )
 
@@ -567,17 +636,26 @@ def _fingerprint(
     }
     gpu = accelerator.get(device_kind, dict)()
     return {
-        'pipeline': name,
-        'size': {'name': size, 'steps': steps, 'rounds': rounds},
-        'device': device_kind,
-        'samples_per_step': samples,
-        'microbatch_size': pipeline.microbatch_size or samples,
+        **_comparable_by(name, device_kind, size, steps, rounds, samples, pipeline),
         'composer': installed('mosaicml'),
         'torch': torch.__version__,
         'python': platform.python_version(),
         'compatshim': compatshim.__version__,
         'git_commit': _git_commit(),
         **gpu,
+    }
+
+
+def _comparable_by(
+    name: str, device_kind: str, size: str, steps: int, rounds: int, samples: int, pipeline: Pipeline
+) -> dict[str, Any]:
+    """The fingerprint's keys a baseline must match (:data:`compatshim.bench.metrics.PIPELINE_COMPARABLE_BY`)."""
+    return {
+        'pipeline': name,
+        'size': {'name': size, 'steps': steps, 'rounds': rounds},
+        'device': device_kind,
+        'samples_per_step': samples,
+        'microbatch_size': pipeline.microbatch_size or samples,
     }
 
 
@@ -599,19 +677,61 @@ def _nvidia_driver() -> Optional[str]:
 # --- what it says -----------------------------------------------------------------------------------------------------
 
 
-def _round_ratio(result: PipelineResult, slower: str, faster: str) -> Optional[float]:
-    """The median per-round ratio of ``slower``'s window to ``faster``'s (how many times as long it takes)."""
-    a, b = result.legs.get(slower), result.legs.get(faster)
-    if a is None or b is None or not a.round_s or not b.round_s:
-        return None
-    return statistics.median(x / y for x, y in zip(a.round_s, b.round_s))
+#: A leg whose rounds spread (interquartile range) by more than this share of its median supports no timing verdict.
+UNSTABLE = 0.25
+#: Rounds below which no timing verdict is given (the rank test of the gate needs as many: 5).
+VERDICT_ROUNDS = 5
+
+
+def _step_ms(result: PipelineResult, name: str) -> list[float]:
+    """A leg's step time per round, in ms: the figures of the table."""
+    leg = result.legs.get(name)
+    return [] if leg is None or not leg.available else [s * 1e3 / result.steps for s in leg.round_s]
+
+
+def _unstable(result: PipelineResult, name: str) -> str:
+    """Why the leg's rounds cannot support a factor ('' when they can)."""
+    step = _step_ms(result, name)
+    if len(step) < 2:
+        return f'{name} has one round'
+    q1, median, q3 = quartiles(step)
+    spread = (q3 - q1) / median
+    if spread > UNSTABLE:
+        return (
+            f"{name}'s rounds spread by {spread:.0%} of their median ({min(step):.3g} to {max(step):.3g} ms/step): "
+            'the machine was busy, or the leg is'
+        )
+    return ''
+
+
+def _factor(result: PipelineResult, slow: str, fast: str) -> tuple[Optional[float], str]:
+    """How many times as long ``slow``'s step takes as ``fast``'s, from the table's figures (the ratio of the two
+    median step times), with the range of the same ratio round by round; or ``None`` and why the samples cannot tell."""
+    a, b = _step_ms(result, slow), _step_ms(result, fast)
+    if not a or not b:
+        return None, ''
+    why = _unstable(result, slow) or _unstable(result, fast)
+    if why:
+        return None, why
+    per_round = sorted(x / y for x, y in zip(a, b))
+    factor = statistics.median(a) / statistics.median(b)
+    if per_round[0] <= 1 <= per_round[-1] and not 0.95 <= factor <= 1.05:
+        return None, f'round by round the two legs swap places (x{per_round[0]:.2f} to x{per_round[-1]:.2f})'
+    return factor, f'per round x{per_round[0]:.2f} to x{per_round[-1]:.2f}'
+
+
+def _faster(factor: float) -> str:
+    """A factor as words that never call a slowdown faster."""
+    if 0.95 <= factor <= 1.05:
+        return f'as fast as (x{factor:.2f})'
+    return f'x{factor:.2f} faster than' if factor > 1 else f'x{1 / factor:.2f} slower than'
 
 
 def verdicts(result: PipelineResult) -> list[str]:
-    """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound."""
+    """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound: each a
+    factor of the table's own figures with its spread, or "cannot tell" where the rounds cannot support one."""
     out = []
     unpatched, shim = result.legs['unpatched'], result.legs['shim-batch']
-    factor = _round_ratio(result, 'unpatched', 'shim-batch')
     if not shim.available:
         out.append(f'the shim: {shim.reason}')
     elif not unpatched.available:
@@ -621,32 +741,70 @@ def verdicts(result: PipelineResult) -> list[str]:
             'unpatched never calls the transform here (Composer drops device_transforms): its steps skip the work '
             'and feed the model raw batches'
         )
-    elif factor is not None:
-        out.append(f'the shim gives x{factor:.2f} over unpatched on this release (unpatched: {unpatched.placement})')
-    workaround = _round_ratio(result, 'native-batch', 'shim-batch')
-    if workaround is not None and shim.available:
-        out.append(f'against the workaround batch_transforms=fn (host), the shim gives x{workaround:.2f}')
-    micro = _round_ratio(result, 'shim-microbatch', 'shim-batch')
-    mb = result.legs['shim-microbatch']
-    if micro is not None and mb.available:
+    rounds = result.fingerprint['size']['rounds']
+    if rounds < VERDICT_ROUNDS:
         out.append(
-            f'stage batch vs microbatch: stage microbatch takes x{micro:.2f} the time of stage batch, '
-            f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} (batch-level draws and statistics '
-            'per microbatch), and holds one microbatch on the device instead of the whole batch'
+            f'timing: no verdict from {rounds} rounds (--quick gates placement, calls and bytes only); run with '
+            f'{VERDICT_ROUNDS} rounds or more for the factors'
         )
-    best = (
-        shim
-        if shim.available
-        else next((result.legs[n] for n in ('native-microbatch', 'unpatched') if result.legs[n].available), None)
+        return out
+
+    def timed(slow: str, fast: str, say: Callable[[float, str], str], about: str) -> None:
+        factor, spread = _factor(result, slow, fast)
+        if factor is not None:
+            out.append(say(factor, spread))
+        elif spread:
+            out.append(f'{about}: cannot tell — {spread}')
+
+    if shim.available and unpatched.available and unpatched.placement != 'never called':
+        timed(
+            'unpatched',
+            'shim-batch',
+            lambda f, spread: (
+                f'the shim: a step {_faster(f)} unpatched on this release (unpatched: {unpatched.placement}; {spread})'
+            ),
+            'the shim against unpatched',
+        )
+    if shim.available and result.legs['native-batch'].available:
+        timed(
+            'native-batch',
+            'shim-batch',
+            lambda f, spread: (
+                f'against the workaround batch_transforms=fn (host), the shim: a step {_faster(f)} it ({spread})'
+            ),
+            'the shim against batch_transforms',
+        )
+    mb = result.legs['shim-microbatch']
+    if shim.available and mb.available:
+        timed(
+            'shim-microbatch',
+            'shim-batch',
+            lambda f, spread: (
+                f'stage batch vs microbatch: stage batch is {_faster(f)} stage microbatch ({spread}); '
+                f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
+                'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole '
+                'batch'
+            ),
+            'stage batch vs microbatch',
+        )
+    best_name = next(
+        (n for n in ('shim-batch', 'native-microbatch', 'unpatched') if result.legs[n].available),
+        '',
     )
-    best_name = next((n for n, leg in result.legs.items() if leg is best), '')
-    ceiling = _round_ratio(result, best_name, 'ceiling') if best is not None else None
+    best = result.legs.get(best_name)
     if best is not None and best.wait_share is not None:
         bound = best.wait_share > WAIT_LIMIT
-        free = '' if ceiling is None else f'; with free data the step would be x{ceiling:.2f} faster (the ceiling leg)'
         out.append(
             f'input-bound: {"yes" if bound else "no"} — {best.wait_share:.0%} of a {best_name} step waits for data '
-            f'(threshold {WAIT_LIMIT:.0%}){free}'
+            f'(threshold {WAIT_LIMIT:.0%})'
+        )
+        timed(
+            best_name,
+            'ceiling',
+            lambda f, spread: (
+                f'with data for free (the ceiling leg) a step would be {_faster(f)} {best_name} ({spread})'
+            ),
+            'data for free (the ceiling leg)',
         )
     return out
 
@@ -654,8 +812,10 @@ def verdicts(result: PipelineResult) -> list[str]:
 def text(result: PipelineResult) -> str:
     """What a person reads: per leg, then the verdicts."""
     fp = result.fingerprint
+    threads = fp.get('torch_threads')
     where = (
-        'the fake accelerator: placement and bytes are real, times are host time'
+        f"the fake accelerator: placement and bytes are real, times are this process's CPU time, torch threads "
+        f'{threads} (fixed)'
         if result.device == 'cpu'
         else (fp.get('gpu') or result.device)
     )
@@ -670,16 +830,17 @@ def text(result: PipelineResult) -> str:
         if not leg.available:
             lines.append(f'  {name:19}n/a: {leg.reason}')
             continue
-        step = [s * 1e3 / result.steps for s in leg.round_s]
-        q = statistics.quantiles(step, n=4, method='inclusive') if len(step) > 1 else [step[0]] * 3
+        step = _step_ms(result, name)
+        q1, median, q3 = quartiles(step)
         speed = statistics.median(leg.samples_per_s) if leg.samples_per_s else 0.0
-        share = '—' if leg.transform_ms is None or not step else f'{leg.transform_ms / statistics.median(step):.0%}'
+        share = '—' if leg.transform_share is None else f'{leg.transform_share:.0%}'
         wait = '—' if leg.wait_ms is None or leg.wait_share is None else f'{leg.wait_ms:.2f} ms ({leg.wait_share:.0%})'
         dtypes = ', '.join(f'{d} {n:,}' for d, n in leg.h2d_bytes_by_dtype.items()) or 'none'
         calls = '—' if name == 'ceiling' else f'{leg.calls_per_step:g}'
+        unstable = ' (unstable)' if _unstable(result, name) and len(step) > 1 else ''
         lines.append(
-            f'  {name:19}{f"{statistics.median(step):.2f} ± {q[2] - q[0]:.2f}":>16}{speed:>16,.0f}  '
-            f'{leg.placement:14}{calls:>11}  {share:>9}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes})'
+            f'  {name:19}{f"{median:.2f} ± {q3 - q1:.2f}":>16}{speed:>16,.0f}  '
+            f'{leg.placement:14}{calls:>11}  {share:>9}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
         )
     lines.append('  verdicts:')
     lines += [f'    {verdict}' for verdict in result.verdicts]
@@ -690,12 +851,25 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     """Judge ``result`` against its baseline ``name`` by the project's rule (:mod:`compatshim.bench.rule`): the exit
     code (1: something worsened; 2: the baseline measured another pipeline, size or device, so nothing could be
     judged; else 0) and the lines that say so (every outcome but ok, then one line of the verdict)."""
-    gated = metrics.pipeline_metrics({*result.legs, *baseline.legs})
-    judgements = judge.judge(result, baseline, gated, metrics.PIPELINE_COMPARABLE_BY)
     unlike = metrics.comparable(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
-    lines = [j.line(result.pipeline) for j in judgements if j.outcome != 'ok']
+    ran = {leg for leg, found in result.legs.items() if found.available}
+    ran_before = {leg for leg, found in baseline.legs.items() if found.available}
+    # What the user relies on is always judged: the shim's legs that ran before (gone now: its placement says so).
+    relied_on = {leg for leg in ran_before if leg.startswith('shim-')}
+    judged = (ran & ran_before) | relied_on
+    judgements = judge.judge(result, baseline, metrics.pipeline_metrics(judged), metrics.PIPELINE_COMPARABLE_BY)
+    lines = [
+        f'NEW {result.pipeline} {leg}: runs on Composer {result.composer}, not on {baseline.composer} (reported, not '
+        'judged)'
+        for leg in sorted(ran - ran_before - relied_on)
+    ] + [
+        f'GONE {result.pipeline} {leg}: ran on Composer {baseline.composer}, not on {result.composer} '
+        f'({result.legs[leg].reason if leg in result.legs else "no such leg"}; reported, not judged)'
+        for leg in sorted(ran_before - ran - relied_on)
+    ]
+    lines += [j.line(result.pipeline) for j in judgements if j.outcome != 'ok']
     worse = [j for j in judgements if j.outcome == 'regression']
     lines.append(
         f'compared with {name!r} ({baseline.measured_at}, Composer {baseline.composer}): '

@@ -79,6 +79,9 @@ class LegResult:
     transform_ms: Optional[float] = None
     wait_ms: Optional[float] = None
     wait_share: Optional[float] = None
+    #: A pipeline's leg: the transform's share of the step, the median over windows of its time in the window over the
+    #: window, both on the window's clock (so never above 1).
+    transform_share: Optional[float] = None
     #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
     monitor: str = ''
 

@@ -4,14 +4,16 @@ device)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
 
-__all__ = ['clock', 'composer_device', 'pin_allocator', 'present', 'synchronize']
+__all__ = ['THREADS', 'clock', 'composer_device', 'pin_allocator', 'pinned_threads', 'present', 'synchronize']
 
 
 def present(device_kind: str) -> bool:
@@ -63,3 +65,29 @@ def pin_allocator() -> str:
     if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
         return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
     return 'default'
+
+
+#: torch's intra-op threads while a bench runs on the CPU fake accelerator.
+THREADS = 1
+
+
+@contextlib.contextmanager
+def pinned_threads(device_kind: str) -> Iterator[int]:
+    """On cpu, torch's intra-op threads fixed at :data:`THREADS` for the block, then put back; elsewhere unchanged.
+    Yields the count in force (what the result's header states).
+
+    torch.utils.benchmark's ``Timer`` runs with one thread unless told otherwise, for the reason measured here: with
+    ``OMP_NUM_THREADS`` unset, torch's pool has a thread per core, and its threads spin (OpenMP busy-waits) while the
+    core they wait for runs another process — on a shared 2-core machine one leg's rounds ran at 658, 81 and 660
+    samples/s, and the same transform cost 0.98 ms on one leg and 94.5 on another. Fixed, the environment's
+    ``OMP_NUM_THREADS`` no longer matters to the figures.
+    """
+    if device_kind != 'cpu':
+        yield torch.get_num_threads()
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield THREADS
+    finally:
+        torch.set_num_threads(before)
