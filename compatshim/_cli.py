@@ -333,7 +333,12 @@ def parser() -> argparse.ArgumentParser:
         help='your pipeline: a callable (the current directory on the path) returning a compatshim.bench.Pipeline or '
         'a mapping of dataloader, transform[, model, microbatch_size, get_num_samples_in_batch]',
     )
-    bench.add_argument('--quick', action='store_true', help='--pipeline: a few seconds (3 rounds of 4 steps)')
+    bench.add_argument(
+        '--quick',
+        action='store_true',
+        help='--pipeline: 3 rounds of 4 steps, which gate placement, calls and bytes only, no timing (12-15 s on a '
+        "quiet 2-core machine, Composer's import included)",
+    )
     bench.add_argument(
         '--steps', type=int, metavar='N', help='--pipeline: steps per window (default 20; a heavy model needs fewer)'
     )

@@ -554,6 +554,11 @@ def _rounds(runs: list[_Run], device_kind: str, rounds: int, say: Callable[[str]
                     try:
                         pair[one.leg.name] = _window(one, device_kind)
                     except Exception as exc:  # a leg the release cannot run (the model fails on what it gets)
+                        if one is ceiling and not round_:  # the model fails on the transformed batch: every leg would
+                            raise PipelineError(
+                                f'the ceiling leg (your model on batches already transformed, as every leg feeds it) '
+                                f'raised {type(exc).__name__}: {_first_line(exc)}'
+                            ) from None
                         if round_ or one is ceiling:
                             raise
                         run.failed = f'fails: {type(exc).__name__}: {_first_line(exc)}'
@@ -720,11 +725,11 @@ def _factor(result: PipelineResult, slow: str, fast: str) -> tuple[Optional[floa
     return factor, f'per round x{per_round[0]:.2f} to x{per_round[-1]:.2f}'
 
 
-def _faster(factor: float) -> str:
-    """A factor as words that never call a slowdown faster."""
+def _faster(factor: float, other: str) -> str:
+    """A factor against ``other`` as words that never call a slowdown faster."""
     if 0.95 <= factor <= 1.05:
-        return f'as fast as (x{factor:.2f})'
-    return f'x{factor:.2f} faster than' if factor > 1 else f'x{1 / factor:.2f} slower than'
+        return f'as fast as {other} (x{factor:.2f})'
+    return f'x{factor:.2f} faster than {other}' if factor > 1 else f'x{1 / factor:.2f} slower than {other}'
 
 
 def verdicts(result: PipelineResult) -> list[str]:
@@ -761,7 +766,8 @@ def verdicts(result: PipelineResult) -> list[str]:
             'unpatched',
             'shim-batch',
             lambda f, spread: (
-                f'the shim: a step {_faster(f)} unpatched on this release (unpatched: {unpatched.placement}; {spread})'
+                f'the shim: a step {_faster(f, "unpatched")} on this release '
+                f'(unpatched: {unpatched.placement}; {spread})'
             ),
             'the shim against unpatched',
         )
@@ -770,7 +776,8 @@ def verdicts(result: PipelineResult) -> list[str]:
             'native-batch',
             'shim-batch',
             lambda f, spread: (
-                f'against the workaround batch_transforms=fn (host), the shim: a step {_faster(f)} it ({spread})'
+                'against the workaround batch_transforms=fn (host), the shim: a step '
+                f'{_faster(f, "the workaround")} ({spread})'
             ),
             'the shim against batch_transforms',
         )
@@ -780,7 +787,7 @@ def verdicts(result: PipelineResult) -> list[str]:
             'shim-microbatch',
             'shim-batch',
             lambda f, spread: (
-                f'stage batch vs microbatch: stage batch is {_faster(f)} stage microbatch ({spread}); '
+                f'stage batch vs microbatch: stage batch is {_faster(f, "stage microbatch")} ({spread}); '
                 f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
                 'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole '
                 'batch'
@@ -802,7 +809,7 @@ def verdicts(result: PipelineResult) -> list[str]:
             best_name,
             'ceiling',
             lambda f, spread: (
-                f'with data for free (the ceiling leg) a step would be {_faster(f)} {best_name} ({spread})'
+                f'with data for free (the ceiling leg) a step would be {_faster(f, best_name)} ({spread})'
             ),
             'data for free (the ceiling leg)',
         )
