@@ -161,6 +161,11 @@ def load(spec: str) -> Pipeline:
     return as_pipeline(made, spec)
 
 
+def _raised(name: str, exc: BaseException) -> PipelineError:
+    """The user's dataloader or transform raised ``exc``: said in one line."""
+    return PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {_first_line(exc)}')
+
+
 def _first_line(exc: BaseException) -> str:
     line = (str(exc).strip().splitlines() or [''])[0]
     return line if len(line) <= 200 else line[:197] + '...'
@@ -424,7 +429,7 @@ def _measure(
     except PipelineError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
-        raise PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {_first_line(exc)}') from None
+        raise _raised(name, exc) from None
     runs: list[_Run] = []
     results: dict[str, LegResult] = {}
     with warnings.catch_warnings():  # what the monitor would warn of, the bench reports per leg
@@ -500,7 +505,7 @@ def refuse_unlike(
     try:
         samples = _samples(pipeline, next(iter(pipeline.dataloader)))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
-        raise PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {_first_line(exc)}') from None
+        raise _raised(name, exc) from None
     planned = _Planned(_comparable_by(name, device_kind, size, steps, rounds, samples, pipeline))
     unlike = metrics.comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:

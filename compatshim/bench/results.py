@@ -30,6 +30,7 @@ __all__ = [
     'PipelineResult',
     'Recipe',
     'Result',
+    'UnreadableResult',
     'baseline_for',
     'baseline_path',
     'gather',
@@ -52,6 +53,10 @@ def quartiles(samples: list[float]) -> tuple[float, float, float]:
         return samples[0], samples[0], samples[0]
     q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
     return q1, statistics.median(samples), q3
+
+
+class UnreadableResult(ValueError):
+    """A stored result that is not one this compatshim reads (another kind, another schema): the message says which."""
 
 
 @dataclasses.dataclass
@@ -205,9 +210,11 @@ class PipelineResult:
     def from_json(cls, data: dict[str, Any]) -> PipelineResult:
         """Read a stored pipeline result; another schema, or another kind of result, is refused, naming it."""
         if not isinstance(data, dict) or data.get('kind') != 'pipeline':
-            raise ValueError('it is not a result of compatshim bench --pipeline')
+            raise UnreadableResult('it is not a result of compatshim bench --pipeline')
         if data.get('schema') != SCHEMA:
-            raise ValueError(f'it is a pipeline result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
+            raise UnreadableResult(
+                f'it is a pipeline result of schema {data.get("schema")}; this compatshim reads {SCHEMA}'
+            )
         data = _known(cls, data)
         legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
         return cls(legs=legs, **data)
@@ -253,7 +260,7 @@ def load_pipeline(directory: PathLike, name: str) -> PipelineResult:
     try:
         return PipelineResult.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        reason = exc if isinstance(exc, ValueError) and str(exc).startswith('it ') else f'{type(exc).__name__}: {exc}'
+        reason = exc if isinstance(exc, UnreadableResult) else f'{type(exc).__name__}: {exc}'
         raise ValueError(f'{path.as_posix()} cannot be used: {reason}; save it again with --save {name}') from exc
 
 
