@@ -67,6 +67,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
 def _summary(result: Any) -> str:
     """What a bench run measured, in a few lines (the judging is ``compatshim report``'s)."""
     from compatshim.bench.metrics import METRICS
+    from compatshim.bench.report import plain_words
 
     planted = f', {result.planted_text}' if result.planted else ''
     size = result.fingerprint['size']['name']
@@ -76,18 +77,15 @@ def _summary(result: Any) -> str:
         if not leg.available:
             lines.append(f'  {name:20}n/a: {leg.reason}')
             continue
-        speed = statistics.median(leg.samples_per_s) if leg.samples_per_s else float('nan')
-        lines.append(f'  {name:20}{leg.placement:14}{leg.coherence:34}{speed:>16.0f}')
+        speed = f'{statistics.median(leg.samples_per_s):.0f}' if leg.samples_per_s else 'not timed'
+        lines.append(f'  {name:20}{leg.placement!s:14}{leg.coherence_text:34}{speed:>16}')
     for metric in METRICS:  # every metric measured here, as its kind shows it (median ± IQR, a count, a check)
         if metric.applies(result) and metric.read(result):
             lines.append(f'  {metric.id:36} {metric.show(result)}')
     for name, leg in result.legs.items():  # the heavy pipeline without and with the shim, as the monitor saw it
         if leg.monitor:
             lines.append(f'  monitor, {name}: {leg.monitor}')
-    ratio = result.recipe.bytes_shim_vs_unpatched
-    if ratio is not None:
-        lines.append(f'  {"recipe: bytes shim / unpatched":36} {ratio:.2f}')
-    lines.append(f'  {"recipe: plain device_transforms":36} {result.recipe.plain["words"]}')
+    lines.append(f'  {"recipe: plain device_transforms":36} {plain_words(result.recipe["unpatched"])}')
     return '\n'.join(lines)
 
 
@@ -103,8 +101,6 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
 
 def _pipeline_command(args: argparse.Namespace) -> int:
     """``compatshim bench --pipeline MODULE:CALLABLE``: bad input is one line and exit 2, before anything runs."""
-    from compatshim.bench import results
-
     wrong = _given(args, _REFERENCE_ONLY)
     if wrong:
         print(
@@ -113,39 +109,29 @@ def _pipeline_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return _exits.NOT_DONE
-    directory = Path(args.dir or results.PIPELINE_DIR)
     try:
-        for name in (args.save, args.compare):
-            if name is not None:
-                results.pipeline_path(directory, name)
-        baseline = results.load_pipeline(directory, args.compare) if args.compare else None
         from compatshim.bench import pipeline
 
-        size = 'quick' if args.quick else 'default'
-        pipeline.check_counts(size, args.steps, args.rounds)
-        loaded = pipeline.load(args.pipeline)
-        if baseline is not None:
-            pipeline.refuse_unlike(
-                args.pipeline, loaded, baseline, args.compare, args.device, size, args.steps, args.rounds
-            )
-        result = pipeline.measure(
-            args.pipeline, loaded, args.device, size, sys.stderr, steps=args.steps, rounds=args.rounds
+        size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds)
+        gated = pipeline.run(
+            args.pipeline,
+            device=args.device,
+            size=size,
+            compare_to=args.compare,
+            save=args.save,
+            directory=args.dir,
+            progress=sys.stderr,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
         print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)
         return _exits.NOT_DONE
-    print(pipeline.text(result))
+    print(pipeline.text(gated.result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    code, lines = (_exits.OK, []) if baseline is None else pipeline.compare(result, baseline, args.compare)
-    for line in lines:
+        Path(args.json).write_text(json.dumps(gated.result.to_json(), indent=1) + '\n')
+    for line in gated.lines:
         print(line)
-    if args.save and code == _exits.OK:
-        print(f'saved {results.save_pipeline(result, directory, args.save).as_posix()}')
-    elif args.save:
-        print(f'not saved as {args.save!r}: the comparison did not pass')
-    return code
+    return gated.code
 
 
 def _bench_command(args: argparse.Namespace) -> int:
@@ -160,12 +146,12 @@ def _bench_command(args: argparse.Namespace) -> int:
         print(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)', file=sys.stderr)
         return _exits.NOT_DONE
     try:
-        from compatshim.bench import measure
+        from compatshim.bench import reference
         from compatshim.bench.workload import default_size
 
         if args.size is None:
             args.size = os.environ.get('COMPATSHIM_BENCH_SIZE', '').strip() or default_size(args.device)
-        result = measure.measure(
+        result = reference.measure(
             args.device,
             args.size,
             plant_slowdown=args.plant_slowdown,
@@ -182,24 +168,30 @@ def _bench_command(args: argparse.Namespace) -> int:
     return _exits.OK if not args.baselines else judge_against(result, args.baselines)
 
 
+def _judge(result: Any, baseline: Any) -> list[Any]:
+    from compatshim.bench import metrics, rule
+
+    return rule.judge(result, baseline, metrics.METRICS, metrics.COMPARABLE_BY)
+
+
 def judge_against(result: Any, baselines: Any) -> int:
     """Judge a bench result against its baseline in the directory ``baselines`` by the rule of ``compatshim report``
     (a regression, or no baseline where the device has some, is exit 1), printing every outcome other than ok."""
-    from compatshim.bench import judge, results
+    from compatshim.bench import results, rule
 
     baseline, missing = results.baseline_for(baselines, result)
-    judgements = judge.judge(result, baseline)
+    judgements = _judge(result, baseline)
     for judgement in judgements:
-        if judgement.outcome != 'ok':
+        if judgement.outcome is not rule.Outcome.OK:
             print(judgement.line(result.env))
     if missing:
         print(missing)
-    return _exits.REGRESSION if missing or judge.worst(judgements) == 'regression' else _exits.OK
+    return _exits.REGRESSION if missing or rule.worst(judgements) is rule.Outcome.REGRESSION else _exits.OK
 
 
 def _report_command(args: argparse.Namespace) -> int:
     from compatshim._support import split_env
-    from compatshim.bench import judge, report, results
+    from compatshim.bench import report, results, rule
 
     if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
         print(f'compatshim report: --baselines {args.baselines}: no such directory', file=sys.stderr)
@@ -223,20 +215,20 @@ def _report_command(args: argparse.Namespace) -> int:
     missing: list[str] = []
     for result in found:
         baseline, absent = results.baseline_for(args.baselines, result)
-        path = results.baseline_path(args.baselines, result.device, result.env)
+        path = results.Store(Path(args.baselines) / result.device, results.BenchResult).path(result.env)
         named = path.as_posix() if baseline else None
         recorded = args.record and (args.replace or not path.exists())  # what --record will write below
         if absent and not recorded:
             missing.append(absent)
         judged.setdefault(result.device, []).append(
-            report.Judged(result, baseline, named, judge.judge(result, baseline))
+            report.Judged(result, baseline, named, _judge(result, baseline))
         )
     failures: list[str] = []
     for device, entries in judged.items():
         written = report.write(entries, Path(args.out) / device, device, png=not args.no_png)
         for entry in entries:
             print(f'{entry.result.env}: {entry.worst}')
-            failures += [j.line(entry.result.env) for j in entry.judgements if j.outcome == 'regression']
+            failures += [j.line(entry.result.env) for j in entry.judgements if j.outcome is rule.Outcome.REGRESSION]
         print(f'wrote {written}/report.md, report.json' + ('' if args.no_png else ', ' + ', '.join(report.CHARTS)))
     if args.record:
         for result in found:
@@ -245,7 +237,7 @@ def _report_command(args: argparse.Namespace) -> int:
             except (results.BaselineExistsError, ValueError) as exc:
                 print(f'not recorded: {exc}')
     every = [j for entries in judged.values() for entry in entries for j in entry.judgements]
-    print(f'{len(found)} env(s), worst outcome {judge.worst(every)}')
+    print(f'{len(found)} env(s), worst outcome {rule.worst(every)}')
     for line in failures + missing:  # the last lines of a failed run: env, metric, baseline, current, threshold
         print(line)
     return _exits.REGRESSION if failures or missing else _exits.OK

@@ -20,13 +20,29 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from compatshim import _patching
+from compatshim._placement import Placement
 
-__all__ = ['MoveCounter', 'Tap', 'Window', 'clock_for', 'is_on_device', 'placement', 'summarize_places']
+if TYPE_CHECKING:
+    from compatshim._accelerator import Accelerator
+
+__all__ = [
+    'MoveCounter',
+    'Placement',
+    'Tap',
+    'Window',
+    'clock_for',
+    'is_on_device',
+    'placement',
+    'summarize_places',
+    'tensors',
+]
+
 
 #: Class attribute marking a tensor subclass that stands for device memory (the CPU fake accelerator's tensors).
 ON_ACCELERATOR = '_compatshim_on_accelerator'
@@ -37,32 +53,33 @@ def is_on_device(tensor: torch.Tensor) -> bool:
     return getattr(type(tensor), ON_ACCELERATOR, False) or tensor.device.type != 'cpu'
 
 
-def _tensors(batch: Any) -> list[torch.Tensor]:
+def tensors(batch: Any) -> list[torch.Tensor]:
+    """Every tensor in ``batch``: nested mappings, lists and tuples are searched, other leaves ignored."""
     if isinstance(batch, torch.Tensor):
         return [batch]
-    if isinstance(batch, dict):
-        return [t for v in batch.values() for t in _tensors(v)]
+    if isinstance(batch, Mapping):  # as Composer moves them: any mapping (Hugging Face's BatchEncoding is a UserDict)
+        return [t for v in batch.values() for t in tensors(v)]
     if isinstance(batch, (list, tuple)):
-        return [t for v in batch for t in _tensors(v)]
+        return [t for v in batch for t in tensors(v)]
     return []
 
 
-def placement(batch: Any) -> str:
-    """``'device'`` if every tensor in ``batch`` is on an accelerator, ``'host'`` if none is, else ``'mixed'``.
+def placement(batch: Any) -> Placement:
+    """``device`` if every tensor in ``batch`` is on an accelerator, ``host`` if none is, else ``mixed``.
 
-    Nested dicts, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``'empty'``.
+    Nested mappings, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``empty``.
     """
-    tensors = _tensors(batch)
-    if not tensors:
-        return 'empty'
-    on = [is_on_device(t) for t in tensors]
-    return 'device' if all(on) else 'host' if not any(on) else 'mixed'
+    found = tensors(batch)
+    if not found:
+        return Placement.EMPTY
+    on = [is_on_device(t) for t in found]
+    return Placement.DEVICE if all(on) else Placement.HOST if not any(on) else Placement.MIXED
 
 
-def summarize_places(places: collections.Counter[str]) -> str:
-    """One word for the placements of a window's calls: the one seen, ``mixed``, or ``never called``."""
+def summarize_places(places: collections.Counter[Placement]) -> Placement:
+    """The placements of a window's calls as one: the one seen, ``mixed``, or ``never called``."""
     seen = [p for p in places if places[p]]
-    return 'never called' if not seen else seen[0] if len(seen) == 1 else 'mixed'
+    return Placement.NEVER_CALLED if not seen else Placement(seen[0]) if len(seen) == 1 else Placement.MIXED
 
 
 class _HostClock:
@@ -115,22 +132,11 @@ class _EventClock:
         return done
 
 
-def clock_for(device_kind: str) -> Any:
-    """The clock for a transform running on ``device_kind``: the device's timing events where torch has them here
-    (``cuda``, ``mps``), else the host's."""
-    event = _timing_events().get(device_kind)
+def clock_for(accelerator: Optional[Accelerator] = None) -> Any:
+    """The clock for a transform running on ``accelerator``: its timing events where torch has them here (cuda, mps),
+    else the host's CPU time."""
+    event = None if accelerator is None else accelerator.event()
     return _HostClock() if event is None else _EventClock(event)
-
-
-def _timing_events() -> dict[str, Callable[[], Any]]:
-    """How to make a timing event, by the device kinds torch has them for here."""
-    found: dict[str, Callable[[], Any]] = {}
-    if torch.cuda.is_available():
-        found['cuda'] = lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    mps_event = getattr(getattr(torch, 'mps', None), 'Event', None)
-    if mps_event is not None:
-        found['mps'] = lambda: mps_event(enable_timing=True)
-    return found
 
 
 class Window:
@@ -141,7 +147,7 @@ class Window:
     def __init__(self, window_id: int = 0) -> None:
         self.id = window_id
         self.calls = 0
-        self.places: collections.Counter[str] = collections.Counter()
+        self.places: collections.Counter[Placement] = collections.Counter()
         self.seconds = 0.0
         #: Calls whose time is still on the device (event clock): added when their events have completed.
         self.timed_later = 0
@@ -149,7 +155,7 @@ class Window:
         self.wall = 0.0
 
     @property
-    def where(self) -> str:
+    def where(self) -> Placement:
         return summarize_places(self.places)
 
 
@@ -168,7 +174,7 @@ class Tap:
         self.__qualname__ = getattr(transform, '__qualname__', None) or type(transform).__name__
         self.clock = clock if clock is not None else _HostClock()
         self.window = Window()
-        self.seen: Optional[list[str]] = [] if keep else None
+        self.seen: Optional[list[Placement]] = [] if keep else None
 
     def __call__(self, batch: Any) -> Any:
         window, where = self.window, placement(batch)

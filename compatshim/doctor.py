@@ -59,10 +59,9 @@ class SelfCheck:
 
 
 def _devices() -> dict[str, bool]:
-    import torch
+    from compatshim._accelerator import ACCELERATORS
 
-    mps = getattr(torch.backends, 'mps', None)
-    return {'cuda': torch.cuda.is_available(), 'mps': bool(mps and mps.is_available())}
+    return {name: found.absent() is None for name, found in ACCELERATORS.items() if name != 'cpu'}
 
 
 def _self_check(kind: str, shim: bool) -> SelfCheck:

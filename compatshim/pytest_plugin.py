@@ -104,20 +104,12 @@ def compatshim_device(request: pytest.FixtureRequest) -> Any:
     return observable_device(chosen)
 
 
-def _absent(device_kind: str) -> Optional[str]:
-    """Why ``--compatshim-device=device_kind`` cannot be given here, or ``None``."""
-    import torch
+def _absent(device: str) -> Optional[str]:
+    """Why ``--compatshim-device=device`` cannot be given here, or ``None``."""
+    from compatshim._accelerator import accelerator
 
-    checks = {
-        'cuda': ('torch.cuda.is_available()', torch.cuda.is_available),
-        'mps': (
-            'torch.backends.mps.is_available()',
-            lambda: bool(getattr(torch.backends, 'mps', None) and torch.backends.mps.is_available()),
-        ),
-    }
-    if device_kind not in checks or checks[device_kind][1]():
-        return None
-    return f'--compatshim-device={device_kind}, but {checks[device_kind][0]} is False'
+    why = accelerator(device).absent()
+    return None if why is None else f'--compatshim-device={device}, but {why}'
 
 
 @pytest.fixture
@@ -175,38 +167,18 @@ def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
         device: str = 'cpu',
         name: Optional[str] = None,
     ) -> Any:
-        from pathlib import Path
-
-        import compatshim
         from compatshim.bench import pipeline as pipelines
-        from compatshim.bench import results
 
-        folder = Path(directory) if directory is not None else results.PIPELINE_DIR
-        baseline = results.load_pipeline(folder, compare) if compare else None
-        if isinstance(pipeline, str):
-            name, made = name or pipeline, pipelines.load(pipeline)
-        else:
-            name = name or request.node.nodeid
-            made = pipelines.as_pipeline(pipeline, name)
-        size = 'quick' if quick else 'default'
-        if baseline is not None and compare is not None:
-            try:
-                pipelines.refuse_unlike(name, made, baseline, compare, device, size)
-            except pipelines.PipelineError as exc:
-                pytest.fail(str(exc), pytrace=False)
-        before = compatshim.status().stage
-        compatshim.disable()
+        size = pipelines.size_of('quick' if quick else 'default')
+        named = name or (pipeline if isinstance(pipeline, str) else request.node.nodeid)
         try:
-            result = pipelines.measure(name, made, device, size)
-        finally:
-            if before is not None:
-                compatshim.enable(stage=before)
-        if baseline is not None and compare is not None:
-            code, lines = pipelines.compare(result, baseline, compare)
-            if code:
-                pytest.fail('\n'.join(lines), pytrace=False)
-        if save:
-            results.save_pipeline(result, folder, save)
-        return result
+            gated = pipelines.run(
+                pipeline, named, device=device, size=size, compare_to=compare, save=save, directory=directory
+            )
+        except ValueError as exc:  # a baseline that cannot be used, or a pipeline that cannot run
+            pytest.fail(str(exc), pytrace=False)
+        if gated.code:
+            pytest.fail('\n'.join(gated.lines), pytrace=False)
+        return gated.result
 
     return run

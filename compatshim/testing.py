@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-from composer.devices import DeviceCPU, DeviceGPU, DeviceMPS
+from composer.devices import DeviceCPU, DeviceGPU
 
 from compatshim._recorder import Tap, is_on_device, placement
 
@@ -113,13 +113,15 @@ class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
         pass
 
 
-def observable_device(device_kind: str) -> Any:
+def observable_device(device: str) -> Any:
     """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
 
     Args:
-        device_kind: ``cpu``, ``cuda`` or ``mps``.
+        device: ``cpu``, ``cuda`` or ``mps`` (:data:`compatshim._accelerator.ACCELERATORS`).
     """
-    return {'cuda': DeviceGPU, 'mps': DeviceMPS}.get(device_kind, FakeAcceleratorDevice)()
+    from compatshim._accelerator import accelerator
+
+    return accelerator(device).observable_device()
 
 
 class PlacementProbe(Tap):

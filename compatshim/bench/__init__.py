@@ -1,14 +1,14 @@
-"""The benchmark: ``compatshim bench`` measures, ``compatshim report`` judges and renders.
+"""The benchmark: one engine for the reference workload (``compatshim bench``) and your own pipeline (``--pipeline``).
 
-* :mod:`compatshim.bench.metrics`: every metric, leg and comparability key, in one table (no torch).
-* :mod:`compatshim.bench.rule`: the kinds of metric and the comparison rule (no torch).
-* :mod:`compatshim.bench.workload`: synthetic images, a small CNN, the transforms under test (torch).
-* :mod:`compatshim.bench.measure`: the reference workload's legs, measured interleaved in one process.
-* :mod:`compatshim.bench.overhead`: compatshim's own paths (the shim's hooks, the monitor) against the direct path.
-* :mod:`compatshim.bench.pipeline`: your own pipeline, leg by leg (``compatshim bench --pipeline``); :class:`Pipeline`.
-* :mod:`compatshim.bench.timing`: per device kind, Composer's device, the clock, the wait for the device (torch).
-* :mod:`compatshim.bench.results`: the typed results, their JSON, baselines (no torch).
-* :mod:`compatshim.bench.judge`: the rule applied to a result (no torch).
+* :mod:`compatshim.bench.metrics`: the legs and the metrics, one table each (no torch).
+* :mod:`compatshim.bench.rule`: the kinds of metric, the comparison rule and the judge (no torch).
+* :mod:`compatshim.bench.results`: the result record, its JSON, the baseline store (no torch).
+* :mod:`compatshim.bench.engine`: legs checked and timed, the schedule, the round loop, the window timer (torch).
+* :mod:`compatshim.bench.workload`: the built-in reference pipelines, ``augment`` and ``recipe`` (torch).
+* :mod:`compatshim.bench.reference`: ``compatshim bench``: the reference pipelines and the probes, on the engine.
+* :mod:`compatshim.bench.overhead`: the probes: compatshim's own paths against the direct path.
+* :mod:`compatshim.bench.pipeline`: ``compatshim bench --pipeline``: your pipeline on the engine, its verdicts, its
+  gate (:func:`~compatshim.bench.pipeline.run`); :class:`Pipeline`.
 * :mod:`compatshim.bench.report`: the Markdown/JSON report and its charts (no torch; matplotlib for the charts).
 
 Importing this package imports nothing heavy; ``compatshim.bench.Pipeline`` imports torch when it is first used.
@@ -22,8 +22,8 @@ __all__ = ['LEGS', 'Pipeline']
 
 
 def __getattr__(name: str) -> Any:
-    if name == 'Pipeline':  # the pipeline module imports torch: only when asked for
-        from compatshim.bench.pipeline import Pipeline
+    if name == 'Pipeline':  # the engine imports torch: only when asked for
+        from compatshim.bench.engine import Pipeline
 
         return Pipeline
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -1,9 +1,9 @@
 """compatshim's own cost per batch: the shim's hook path and the in-run monitor's, each against the direct path.
 
-The timed legs of :mod:`compatshim.bench.measure` cannot resolve a few microseconds inside a step of milliseconds. A
+The timed legs of :mod:`compatshim.bench.engine` cannot resolve a few microseconds inside a step of milliseconds. A
 *probe* calls one of compatshim's paths ``calls`` times, then the direct path it stands in for as many times (or the
-other way round, alternating from sample to sample), on the bench's clock; ``measure`` takes a few samples of every
-probe in every round, so that each sample's two times, and the round's step, are measured together:
+other way round, alternating from sample to sample), on the bench's clock; the reference bench takes a few samples of
+every probe in every round, so that each sample's two times, and the round's step, are measured together:
 
 * ``hook-<stage>``: the DataSpec hooks the shim installs on a real Composer ``DataSpec``, called as the trainer calls
   them for one batch of one microbatch, inside a loop frame on the trainer's own ``Device`` — the batch-level hook (at
@@ -16,8 +16,8 @@ probe in every round, so that each sample's two times, and the round's step, are
   and the move through its byte counter, against the transform and the move alone.
 
 Both use a small batch and a transform that returns its input, so the difference is compatshim's plumbing only. The
-ratio of the two times is what the gate judges (the same on a slower machine); the difference per call, in µs, is
-reported. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted regression of the hook
+difference per call, in µs, as a share of the step of the same round is what the gate holds to a limit; the ratio of
+the two times and the µs are reported. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted regression of the hook
 path, for checking that the gate catches one).
 """
 
@@ -27,12 +27,14 @@ import contextlib
 import gc
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from compatshim import _patching
-from compatshim.bench import timing
+
+if TYPE_CHECKING:
+    from compatshim._accelerator import Accelerator
 
 __all__ = ['CALLS', 'STEP_EVENTS', 'Probe', 'make_probe', 'planted_hook_delay']
 
@@ -56,7 +58,7 @@ class Probe:
 
     Args:
         name: Its name (``compatshim.bench.metrics.PROBES``).
-        device_kind: What it runs on: its samples wait for that device at their edges, on the bench's clock for it.
+        on: What it runs on: its samples wait for that device at their edges, on the bench's clock for it.
         calls: Calls of each path per sample.
         path: One call of compatshim's path.
         direct: One call of the direct path.
@@ -67,14 +69,14 @@ class Probe:
     def __init__(
         self,
         name: str,
-        device_kind: str,
+        on: Accelerator,
         calls: int,
         path: Callable[[], Any],
         direct: Callable[[], Any],
         frame: Callable[[], Any] = contextlib.nullcontext,
         close: Optional[Callable[[], None]] = None,
     ) -> None:
-        self.name, self.device_kind, self.calls, self.path, self.direct = name, device_kind, calls, path, direct
+        self.name, self.on, self.calls, self.path, self.direct = name, on, calls, path, direct
         self._frame, self._close, self._taken = frame, close, 0
 
     def sample(self) -> tuple[float, float]:
@@ -97,12 +99,12 @@ class Probe:
         return path_s, direct_s
 
     def _time(self, fn: Callable[[], Any]) -> float:
-        clock = timing.clock(self.device_kind)
-        timing.synchronize(self.device_kind)
+        clock = self.on.clock()
+        self.on.synchronize()
         start = clock()
         for _ in range(self.calls):
             fn()
-        timing.synchronize(self.device_kind)
+        self.on.synchronize()
         return clock() - start
 
     def close(self) -> None:
@@ -112,26 +114,26 @@ class Probe:
 
 def make_probe(
     name: str,
-    device_kind: str,
+    on: Accelerator,
     transform: Optional[Callable[[Any], Any]] = None,
     make_device: Optional[Callable[[], Any]] = None,
 ) -> Probe:
-    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``device_kind``, both paths
+    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``on``, both paths
     calling ``transform`` (default: one that returns its input), on Composer devices from ``make_device`` (default:
-    Composer's own for ``device_kind``). A hook probe needs the shim enabled when it is made and while it is
+    Composer's own for ``on``). A hook probe needs the shim enabled when it is made and while it is
     sampled."""
     transform = _Same() if transform is None else transform
-    make = make_device or (lambda: timing.composer_device(device_kind))
+    make = make_device or on.composer_device
     if name == 'monitor':
-        return _monitor_probe(device_kind, make, transform)
+        return _monitor_probe(on, make, transform)
     path, _, stage = name.partition('-')
     if path != 'hook' or stage not in ('batch', 'microbatch'):
         raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    return _hook_probe(name, stage, device_kind, make, transform)
+    return _hook_probe(name, stage, on, make, transform)
 
 
 def _hook_probe(
-    name: str, stage: str, device_kind: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]
+    name: str, stage: str, on: Accelerator, make_device: Callable[[], Any], transform: Callable[[Any], Any]
 ) -> Probe:
     from composer.core import DataSpec
 
@@ -168,7 +170,7 @@ def _hook_probe(
     def frame() -> Any:
         return _loop_frames.loop_frame(device, 'train')
 
-    return Probe(name, device_kind, CALLS['hook'], path, direct, frame)
+    return Probe(name, on, CALLS['hook'], path, direct, frame)
 
 
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
@@ -189,7 +191,7 @@ STEP_EVENTS = (
 )
 
 
-def _monitor_probe(device_kind: str, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
+def _monitor_probe(on: Accelerator, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
     from composer import Trainer
     from composer.core import DataSpec, Event
     from composer.models import ComposerClassifier
@@ -223,7 +225,7 @@ def _monitor_probe(device_kind: str, make_device: Callable[[], Any], transform: 
     def direct() -> Any:
         return transform(plain.batch_to_device(batch))
 
-    return Probe('monitor', device_kind, CALLS['monitor'], path, direct, close=trainer.close)
+    return Probe('monitor', on, CALLS['monitor'], path, direct, close=trainer.close)
 
 
 def _host_transform_argument() -> str:

@@ -16,17 +16,14 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
+from compatshim._placement import Placement
 from compatshim._support import split_env
 from compatshim.bench import rule
-from compatshim.bench.metrics import (
-    COSTS,
-    LEGS,
-    METRICS,
-    Metric,
-)
-from compatshim.bench.results import SCHEMA, BenchResult, PathLike, quartiles
+from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
+from compatshim.bench.results import SCHEMA, BenchResult, LegResult, LegStatus, PathLike, quartiles, spread
 
-__all__ = ['CHARTS', 'Judged', 'markdown', 'write']
+__all__ = ['CHARTS', 'Judged', 'markdown', 'plain_words', 'write']
+LEGS = REFERENCE_LEGS
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
@@ -42,18 +39,18 @@ class Judged:
     judgements: list[rule.Judgement]
 
     @property
-    def worst(self) -> str:
+    def worst(self) -> rule.Outcome:
         return rule.worst(self.judgements)
 
     def outcome(self, metric: str) -> str:
-        return next((j.outcome for j in self.judgements if j.metric == metric), '—')
+        return next((str(j.outcome) for j in self.judgements if j.metric == metric), '—')
 
     def machine_change(self) -> Optional[float]:
         """How much faster the unpatched leg ran than in the baseline's run: another machine, or another phase of this
         one (reported, never judged)."""
         if self.baseline is None:
             return None
-        now, then = self.result.legs['unpatched'].samples_per_s, self.baseline.legs['unpatched'].samples_per_s
+        now, then = self.result.legs['shim-batch'].samples_per_s, self.baseline.legs['shim-batch'].samples_per_s
         return statistics.median(now) / statistics.median(then) - 1 if now and then else None
 
     def to_json(self) -> dict[str, Any]:
@@ -64,11 +61,26 @@ class Judged:
         }
 
 
-def _spread(samples: list[float], fmt: str = '.3f') -> str:
-    if not samples:
-        return '—'
-    q1, median, q3 = quartiles(samples)
-    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
+def plain_words(leg: LegResult) -> str:
+    """What plain ``DataSpec(device_transforms=fn)`` does without the shim (the recipe's ``unpatched`` leg), in
+    words."""
+    main = next(iter(leg.h2d_bytes_by_dtype), 'nothing')
+    if leg.status is LegStatus.REJECTED:
+        return f'rejected: DataSpec(device_transforms=...) raises {leg.reason}'
+    if leg.status is LegStatus.FAILED:
+        ran = 'the transform never ran' if leg.placement is Placement.NEVER_CALLED else 'the transform ran'
+        return f'silently dropped: {ran}, the model got the raw batch and training fails ({leg.reason})'
+    if leg.placement is Placement.DEVICE:
+        return f'runs on the device, after the move: {main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
+    if leg.placement is Placement.HOST:
+        return f'runs on the host, before the move: the transformed {main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
+    return f'{leg.placement}: the model gets the raw batch'
+
+
+def _bytes_ratio(result: BenchResult) -> Optional[float]:
+    """The recipe's bytes per step with the shim over plain device_transforms' (``None``: plain did not run)."""
+    shim, plain = result.recipe['shim-batch'], result.recipe['unpatched']
+    return shim.h2d_bytes_per_step / plain.h2d_bytes_per_step if plain.available and plain.h2d_bytes_per_step else None
 
 
 def _pct(value: Optional[float]) -> str:
@@ -77,7 +89,7 @@ def _pct(value: Optional[float]) -> str:
 
 #: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.
 HEADLINE = [m for m in METRICS if m.title]
-CHECKS = [m for m in METRICS if not m.title and m.gated != 'never']
+CHECKS = [m for m in METRICS if not m.title and m.gate is not Gate.NEVER]
 
 
 def _cell(judged: Judged, found: Metric) -> str:
@@ -86,7 +98,7 @@ def _cell(judged: Judged, found: Metric) -> str:
 
 def markdown(judged: list[Judged], device: str) -> str:
     """The report of one device as Markdown."""
-    counts = {o: sum(j.outcome == o for r in judged for j in r.judgements) for o in rule.OUTCOMES}
+    counts = {o: sum(j.outcome is o for r in judged for j in r.judgements) for o in rule.Outcome}
     worst = rule.worst([j for r in judged for j in r.judgements])
     out = [f'# compatshim regression baseline report ({device})', '']
     if not judged:
@@ -101,19 +113,19 @@ def markdown(judged: list[Judged], device: str) -> str:
         'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
         'it is not gated on that release or device). Ratios pair two legs of the same round; shares, a path of '
         "compatshim's against a step of the same round, held to a limit. *Checks*: the worst outcome of the placement "
-        "and coherence checks. *Throughput vs baseline run*: the unpatched leg's samples/s against the baseline's run, "
+        "and coherence checks. *Throughput vs baseline run*: the shim-batch leg's samples/s against the baseline's run, "
         'which may be another machine or another phase of this one: reported, never judged.',
         '',
         '## Headline per release',
         '',
         '| env | family | '
         + ' | '.join(m.title for m in HEADLINE)
-        + ' | checks | recipe bytes shim / unpatched | throughput vs baseline run |',
+        + ' | checks | recipe bytes shim / plain | throughput vs baseline run |',
         '|' + '---|' * (len(HEADLINE) + 5),
     ]
     for r in judged:
         res = r.result
-        bytes_ratio = res.recipe.bytes_shim_vs_unpatched
+        bytes_ratio = _bytes_ratio(res)
         planted = f' ({res.planted_text})' if res.planted else ''
         checks = rule.worst([j for j in r.judgements if j.metric in {m.id for m in CHECKS}])
         out.append(
@@ -144,16 +156,20 @@ def markdown(judged: list[Judged], device: str) -> str:
         'uint8 NCHW images from the collate; on the device: normalisation (mean/std in 0–255 units) and a batch-level '
         'crop and flip. With the shim (as on 0.24.1) 1 byte per pixel crosses; when the transform runs on the host, '
         'float32: 4 bytes per pixel. Where plain `device_transforms` cannot run (0.27–0.28 drop it, 0.29+ reject it), '
-        'the unpatched leg is the workaround a user would write, `batch_transforms=fn` on the host.',
+        'the workaround a user would write is `batch_transforms=fn` on the host (the native-batch leg).',
         '',
-        '| env | plain `device_transforms`, no shim | unpatched leg | unpatched KiB/step | shim KiB/step |',
+        '| env | plain `device_transforms` (unpatched), no shim | unpatched KiB/step | native-batch KiB/step '
+        '| shim-batch KiB/step |',
         '|---|---|---|---|---|',
     ]
     for r in judged:
-        unpatched, shim = r.result.recipe.legs['unpatched'], r.result.recipe.legs['shim-batch']
+        kib = {
+            name: f'{leg.h2d_bytes_per_step / 1024:.1f}' if leg.available else '—'
+            for name, leg in r.result.recipe.items()
+        }
         out.append(
-            f'| {r.result.env} | {r.result.recipe.plain["words"]} | {unpatched.description} '
-            f'| {unpatched.h2d_bytes_per_step / 1024:.1f} | {shim.h2d_bytes_per_step / 1024:.1f} |'
+            f'| {r.result.env} | {plain_words(r.result.recipe["unpatched"])} | {kib["unpatched"]} '
+            f'| {kib["native-batch"]} | {kib["shim-batch"]} |'
         )
     out += [
         '',
@@ -172,10 +188,10 @@ def markdown(judged: list[Judged], device: str) -> str:
                 out.append(f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |')
                 continue
             out.append(
-                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence} | {leg.calls_per_step:g} '
-                f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {_spread(leg.samples_per_s, ".0f")} |'
+                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence_text} | {leg.calls_per_step:g} '
+                f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {spread(leg.samples_per_s, ".0f")} |'
             )
-    notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome != 'ok']
+    notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome is not rule.Outcome.OK]
     out += ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
     out += ['## Machine', '']
     machines: dict[str, list[str]] = {}
@@ -233,7 +249,7 @@ def _throughput(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
 
 
 def _bytes(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
-    found = result.recipe.legs.get(leg)
+    found = result.recipe.get(leg)
     return (found.h2d_bytes_per_step / 1024, 0.0) if found is not None and found.available else None
 
 
@@ -242,7 +258,7 @@ def plot_ratios(judged: list[Judged], path: Path) -> None:
     its kind's minimum effect."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
-    timed = [m for m in METRICS if m.gated != 'never' and m.kind.min_effect is not None]
+    timed = [m for m in METRICS if m.gate is not Gate.NEVER and m.kind.min_effect is not None]
     for index, found in enumerate(timed):
         offset = 0.8 * (index - (len(timed) - 1) / 2) / len(timed)
         xs, ys, lo, hi = [], [], [], []

@@ -1,49 +1,53 @@
-"""What a bench run measured, typed, and where it is stored: results, baselines, and the directories that gather them.
+"""What a bench run measured, typed, and where it is kept: one result record, one baseline store.
 
-A :class:`BenchResult` is one env's run (``compatshim bench --out``): per leg what ran where and how fast (per window
-and per round), the recipe workload's bytes, and the overhead probes' raw samples. It is stored as JSON, the raw
-samples included, so that any later rule can judge it again: every metric's samples are read from these fields by its
-kind (:mod:`compatshim.bench.rule`). Imports nothing heavy (no torch), so results are read and judged anywhere.
+A :class:`Result` is one run of the engine (:mod:`compatshim.bench.engine`) on one release: per leg
+(:class:`LegResult`) where its transform ran, how often, what crossed to the device and, per round, how long its
+window took and its partner's beside it. :class:`BenchResult` (``compatshim bench``: the reference workload, the
+overhead probes) and :class:`PipelineResult` (``compatshim bench --pipeline``: a user's pipeline) add what only they
+have. Results are stored as JSON with their raw samples, so any later rule can judge them again; a :class:`Store`
+keeps baselines, and never overwrites one unless told to. Imports nothing heavy (no torch).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 import json
 import os
 import re
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
+from compatshim._placement import Placement
 from compatshim._support import UNAFFECTED_FAMILY
 
 __all__ = [
     'SCHEMA',
     'BaselineExistsError',
     'BenchResult',
+    'Coherence',
     'LegResult',
+    'LegStatus',
     'Overheads',
     'PIPELINE_DIR',
     'PipelineResult',
-    'Recipe',
     'Result',
+    'Store',
     'UnreadableResult',
     'baseline_for',
-    'baseline_path',
     'gather',
-    'load_baseline',
-    'load_pipeline',
-    'pipeline_path',
+    'now',
     'quartiles',
     'record_baseline',
-    'save_pipeline',
+    'spread',
 ]
 
-#: The result format; a result of another schema is refused with a message (re-measure it).
-SCHEMA = 4
+#: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
+#: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.
+SCHEMA = 5
 PathLike = Union[str, 'os.PathLike[str]']
 
 
@@ -55,40 +59,95 @@ def quartiles(samples: list[float]) -> tuple[float, float, float]:
     return q1, statistics.median(samples), q3
 
 
+def spread(samples: list[float], fmt: str = '.3f') -> str:
+    """Samples as their median ± interquartile range (``—``: none): the one way a figure's spread is shown."""
+    if not samples:
+        return '—'
+    q1, median, q3 = quartiles(samples)
+    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
+
+
 class UnreadableResult(ValueError):
     """A stored result that is not one this compatshim reads (another kind, another schema): the message says which."""
 
 
+class LegStatus(str, enum.Enum):
+    """Whether a leg ran on this release, and if not, why."""
+
+    RAN = 'ran'
+    #: The argument or the shim's stage does not exist on this release.
+    NOT_HERE = 'not on this release'
+    #: ``DataSpec`` raised ``TypeError`` (0.29+: ``device_transforms`` removed).
+    REJECTED = 'rejected'
+    #: The run raised (the model failed on what it was given).
+    FAILED = 'fails'
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Coherence(str, enum.Enum):
+    """Batch coherence as calls per step show it: one call per step keeps every batch-level draw shared."""
+
+    COHERENT = 'coherent'
+    PER_MICROBATCH = 'per microbatch'
+    NEVER_CALLED = 'never called'
+    NO_TRANSFORM = 'no transform'
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass
 class LegResult:
-    """One leg of a workload: how the transform was passed, where it ran, what crossed to the device, how fast.
+    """One leg: how the transform was passed, where it ran, what crossed to the device, how fast.
 
-    ``samples_per_s`` holds one value per timed window, ``round_s`` the leg's mean window in seconds per round (what
-    the same-run ratios pair); both empty for an untimed leg (the recipe workload's).
+    Placement, calls and bytes come from the untimed check steps on an observable device. ``round_s`` holds the leg's
+    mean window per timed round, ``beside_s`` its partner's window in the same round (``partner``: the other side of
+    its same-run ratio), ``samples_per_s`` one value per window; all empty for an untimed leg.
     """
 
     description: str
-    available: bool = True
-    reason: str = ''  # why the leg is not available on this release
-    placement: str = ''  # 'device', 'host', 'mixed' or 'never called', from two untimed steps on an observable device
-    coherence: str = ''  # 'coherent' (one call per step) or 'per microbatch (N calls/step)'
+    status: LegStatus = LegStatus.RAN
+    reason: str = ''  # why it did not run
+    placement: Placement = Placement.NEVER_CALLED
     calls_per_step: float = 0.0
     h2d_bytes_per_step: int = 0
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
-    samples_per_s: list[float] = dataclasses.field(default_factory=list)
+    partner: str = ''
     round_s: list[float] = dataclasses.field(default_factory=list)
-    #: A pipeline's leg: per round, the ceiling leg's window taken right beside this leg's (its ratio's other side).
     beside_s: list[float] = dataclasses.field(default_factory=list)
-    #: A pipeline's leg (``compatshim bench --pipeline``), per step, medians over its windows: the transform's time
-    #: (ms), the time the trainer waited for data (ms) and that as a share of the step (``None``: not measured).
+    samples_per_s: list[float] = dataclasses.field(default_factory=list)
+    #: Per step, medians over the timed windows: the transform's time (ms, on the window's clock), its share of the
+    #: window (the same clock, so never above 1), the wait for data (ms) and its share of the step (host wall time).
     transform_ms: Optional[float] = None
+    transform_share: Optional[float] = None
     wait_ms: Optional[float] = None
     wait_share: Optional[float] = None
-    #: A pipeline's leg: the transform's share of the step, the median over windows of its time in the window over the
-    #: window, both on the window's clock (so never above 1).
-    transform_share: Optional[float] = None
-    #: What the in-run monitor said of the 2 untimed steps (where each transform ran, its time per step).
+    #: What the in-run monitor said of the check steps.
     monitor: str = ''
+
+    @property
+    def available(self) -> bool:
+        return self.status is LegStatus.RAN
+
+    @property
+    def coherence(self) -> Coherence:
+        if self.placement is Placement.NO_TRANSFORM:
+            return Coherence.NO_TRANSFORM
+        calls = self.calls_per_step
+        return Coherence.COHERENT if calls == 1 else Coherence.NEVER_CALLED if not calls else Coherence.PER_MICROBATCH
+
+    @property
+    def coherence_text(self) -> str:
+        per = self.coherence is Coherence.PER_MICROBATCH
+        return f'{self.coherence} ({self.calls_per_step:g} calls/step)' if per else str(self.coherence)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LegResult:
+        leg = cls(**_known(cls, data))
+        leg.status, leg.placement = LegStatus(leg.status), Placement(leg.placement)
+        return leg
 
 
 @dataclasses.dataclass
@@ -103,44 +162,84 @@ class Overheads:
 
 
 @dataclasses.dataclass
-class Recipe:
-    """The recipe workload (uint8 images): what crosses per leg, and what plain ``device_transforms`` does here."""
+class Result:
+    """One run of the engine on one release: what both benches have."""
 
-    legs: dict[str, LegResult]
-    #: Plain ``DataSpec(device_transforms=fn)`` without the shim: ``{'outcome': device|host|fails|rejected, 'words'}``.
-    plain: dict[str, str]
-
-    @property
-    def bytes_shim_vs_unpatched(self) -> Optional[float]:
-        shim, unpatched = self.legs['shim-batch'].h2d_bytes_per_step, self.legs['unpatched'].h2d_bytes_per_step
-        return shim / unpatched if unpatched else None
-
-
-@dataclasses.dataclass
-class BenchResult:
-    """One env's bench run (see the README, "Benchmarks")."""
-
-    env: str  # the matrix env, e.g. composer0.28.0-cpu
     composer: str
     torch: str
     device: str
     family: str  # a Family's value ('host', 'dropped', 'rejected'), or UNAFFECTED_FAMILY
-    fingerprint: dict[str, Any]  # the machine and software it ran on (reported; the size and workload version compare)
+    #: What it ran on (reported), and what must match for a baseline to compare (``Metric``'s comparability keys).
+    fingerprint: dict[str, Any]
     measured_at: str
-    legs: dict[str, LegResult]  # the augment workload, timed
-    recipe: Recipe
-    #: The overhead probes' samples, by probe (``compatshim.bench.metrics.PROBES``; no hook probe where nothing is
-    #: patched).
-    overheads: dict[str, Overheads]
-    patched_by_enable: list[str]  # what enable() patched here (nothing, on an unaffected release)
-    planted_slowdown: float = 0.0
-    planted_hook_us: float = 0.0
+    legs: dict[str, LegResult]
     elapsed_s: float = 0.0
     schema: int = SCHEMA
+    #: How a stored result says which record it is.
+    kind: ClassVar[str] = ''
 
     @property
     def affected(self) -> bool:
         return self.family != UNAFFECTED_FAMILY
+
+    @property
+    def name(self) -> str:
+        """What judgement lines name it by (the env, or the pipeline)."""
+        raise NotImplementedError
+
+    def probe(self, name: str) -> Optional[Overheads]:
+        """An overhead probe's samples (``None``: not measured in this kind of run)."""
+        return None
+
+    def patched(self) -> Optional[list[str]]:
+        """What ``enable()`` patched on this release (``None``: not recorded in this kind of run)."""
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {'kind': self.kind, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Any:
+        """Read a stored result of this kind; another kind or schema is refused, naming it."""
+        if not isinstance(data, dict) or data.get('kind') != cls.kind:
+            found = data.get('kind') if isinstance(data, dict) else type(data).__name__
+            raise UnreadableResult(f'it is not a result of {cls.command} (kind {found!r})')
+        if data.get('schema') != SCHEMA:
+            raise UnreadableResult(f'it is a result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
+        fields = _known(cls, data)
+        fields['legs'] = {name: LegResult.from_json(leg) for name, leg in data['legs'].items()}
+        return cls(**cls._read(fields))
+
+    @classmethod
+    def _read(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        return fields
+
+    command: ClassVar[str] = ''
+
+
+@dataclasses.dataclass
+class BenchResult(Result):
+    """One env's reference bench (``compatshim bench``): the augment workload timed, the recipe workload's legs
+    checked (what crosses), the overhead probes' raw samples, what ``enable()`` patched, what was planted."""
+
+    env: str = ''  # the matrix env, e.g. composer0.28.0-cpu
+    recipe: dict[str, LegResult] = dataclasses.field(default_factory=dict)
+    overheads: dict[str, Overheads] = dataclasses.field(default_factory=dict)
+    patched_by_enable: list[str] = dataclasses.field(default_factory=list)
+    planted_slowdown: float = 0.0
+    planted_hook_us: float = 0.0
+    kind: ClassVar[str] = 'bench'
+    command: ClassVar[str] = 'compatshim bench'
+
+    @property
+    def name(self) -> str:
+        return self.env
+
+    def probe(self, name: str) -> Optional[Overheads]:
+        return self.overheads.get(name)
+
+    def patched(self) -> Optional[list[str]]:
+        return self.patched_by_enable
 
     @property
     def planted(self) -> bool:
@@ -153,115 +252,27 @@ class BenchResult:
         parts += [f'+{self.planted_hook_us:g} µs per hook call'] if self.planted_hook_us else []
         return f'PLANTED: {", ".join(parts)}' if parts else ''
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BenchResult:
-        """Read a stored result (keys it does not know, such as a report's judgements, are left out); a result of
-        another schema is refused, naming it."""
-        if not isinstance(data, dict) or data.get('schema') != SCHEMA:
-            found = data.get('schema') if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f'a bench result of schema {found!r}, expected {SCHEMA}: measure it again')
-        data = _known(cls, data)
-        legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
-        recipe = data.pop('recipe')
-        recipe = Recipe(
-            {name: LegResult(**_known(LegResult, leg)) for name, leg in recipe['legs'].items()}, recipe['plain']
-        )
-        overheads = {name: Overheads(**_known(Overheads, found)) for name, found in data.pop('overheads').items()}
-        return cls(legs=legs, recipe=recipe, overheads=overheads, **data)
+    def _read(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        fields['recipe'] = {name: LegResult.from_json(leg) for name, leg in fields.get('recipe', {}).items()}
+        fields['overheads'] = {n: Overheads(**_known(Overheads, o)) for n, o in fields.get('overheads', {}).items()}
+        return fields
 
 
 @dataclasses.dataclass
-class PipelineResult:
-    """One run of ``compatshim bench --pipeline``: the user's pipeline, leg by leg, on the installed Composer.
+class PipelineResult(Result):
+    """One run of ``compatshim bench --pipeline``: a user's pipeline, leg by leg, with the ceiling, and the verdicts."""
 
-    ``legs`` are :class:`LegResult` s (``unpatched``, ``native-batch``, ``native-microbatch``, ``shim-batch``,
-    ``shim-microbatch`` where the release has them, and ``ceiling``: the same steps on batches already transformed and
-    on the device); ``round_s`` of each is its mean window per round, what its ratio to the ceiling pairs.
-    """
-
-    pipeline: str  # MODULE:CALLABLE
-    composer: str
-    torch: str
-    device: str
-    family: str
-    #: What it ran on (versions, device, git commit of the user's repository), and what must match for a baseline to
-    #: compare (``compatshim.bench.metrics.PIPELINE_COMPARABLE_BY``).
-    fingerprint: dict[str, Any]
-    measured_at: str
-    steps: int  # per window
-    legs: dict[str, LegResult]
+    pipeline: str = ''  # MODULE:CALLABLE
+    steps: int = 0  # per window
     #: The verdicts, in words (the shim's factor, batch against microbatch, input-bound or not).
     verdicts: list[str] = dataclasses.field(default_factory=list)
-    elapsed_s: float = 0.0
-    kind: str = 'pipeline'
-    schema: int = SCHEMA
+    kind: ClassVar[str] = 'pipeline'
+    command: ClassVar[str] = 'compatshim bench --pipeline'
 
     @property
-    def affected(self) -> bool:
-        return self.family != UNAFFECTED_FAMILY
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PipelineResult:
-        """Read a stored pipeline result; another schema, or another kind of result, is refused, naming it."""
-        if not isinstance(data, dict) or data.get('kind') != 'pipeline':
-            raise UnreadableResult('it is not a result of compatshim bench --pipeline')
-        if data.get('schema') != SCHEMA:
-            raise UnreadableResult(
-                f'it is a pipeline result of schema {data.get("schema")}; this compatshim reads {SCHEMA}'
-            )
-        data = _known(cls, data)
-        legs = {name: LegResult(**_known(LegResult, leg)) for name, leg in data.pop('legs').items()}
-        return cls(legs=legs, **data)
-
-
-#: A result the rule judges: one release's reference bench, or one run of a user's pipeline.
-Result = Union[BenchResult, PipelineResult]
-
-#: Where ``compatshim bench --pipeline --save/--compare`` keep baselines, in the repository it runs from.
-PIPELINE_DIR = Path('.compatshim') / 'benchmarks'
-#: A saved pipeline baseline's name: letters, digits, ``.``, ``_``, ``-`` (it is a file name).
-PIPELINE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$')
-
-
-def pipeline_path(directory: PathLike, name: str) -> Path:
-    """Where the pipeline baseline ``name`` lives: ``<directory>/<name>.json``.
-
-    Raises:
-        ValueError: ``name`` is not a plain file name (the message says what is allowed).
-    """
-    if not PIPELINE_NAME.match(name):
-        raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
-    return Path(directory) / f'{name}.json'
-
-
-def save_pipeline(result: PipelineResult, directory: PathLike, name: str) -> Path:
-    """Write ``result`` as the pipeline baseline ``name`` (replacing one of that name)."""
-    path = pipeline_path(directory, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    return path
-
-
-def load_pipeline(directory: PathLike, name: str) -> PipelineResult:
-    """The pipeline baseline ``name``.
-
-    Raises:
-        ValueError: It does not exist, or cannot be read (the message names it and how to save one).
-    """
-    path = pipeline_path(directory, name)
-    if not path.is_file():
-        raise ValueError(f'no baseline {name!r} in {Path(directory).as_posix()}; save one with --save {name}')
-    try:
-        return PipelineResult.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        reason = exc if isinstance(exc, UnreadableResult) else f'{type(exc).__name__}: {exc}'
-        raise ValueError(f'{path.as_posix()} cannot be used: {reason}; save it again with --save {name}') from exc
+    def name(self) -> str:
+        return self.pipeline
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -274,9 +285,54 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
 
 
+class BaselineExistsError(FileExistsError):
+    """Saving would overwrite a baseline that the caller did not ask to replace."""
+
+
+#: A baseline's name: letters, digits, ``.``, ``_``, ``-`` (it is a file name).
+NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$')
+#: Where ``compatshim bench --pipeline --save/--compare`` keep baselines, in the repository it runs from.
+PIPELINE_DIR = Path('.compatshim') / 'benchmarks'
+
+
+class Store:
+    """Baselines of one kind of result in one directory, ``<root>/<name>.json``: one rule for both benches — a baseline
+    is replaced only when the caller asks (``--save NAME`` asks; ``report --record`` asks with ``--replace``)."""
+
+    def __init__(self, root: PathLike, kind: type[Result]) -> None:
+        self.root, self.kind = Path(root), kind
+
+    def path(self, name: str) -> Path:
+        """Where the baseline ``name`` lives (``ValueError``: not a plain file name, saying what is allowed)."""
+        if not NAME.match(name):
+            raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
+        return self.root / f'{name}.json'
+
+    def load(self, name: str) -> Optional[Any]:
+        """The baseline ``name`` (``None``: there is none); :class:`UnreadableResult` if it cannot be read."""
+        path = self.path(name)
+        if not path.is_file():
+            return None
+        try:
+            return self.kind.from_json(json.loads(path.read_text()))
+        except UnreadableResult:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UnreadableResult(f'{type(exc).__name__}: {exc}') from exc
+
+    def save(self, result: Result, name: str, replace: bool = False) -> Path:
+        """Write ``result`` as the baseline ``name``; :class:`BaselineExistsError` if one exists and not ``replace``."""
+        path = self.path(name)
+        if path.exists() and not replace:
+            raise BaselineExistsError(f'{name}: a baseline exists at {path.as_posix()}; pass --replace to overwrite it')
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result.to_json(), indent=1) + '\n')
+        return path
+
+
 def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
-    """Every result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives the
-    results it holds, without the judgements recorded beside them), sorted by device, Composer release, torch.
+    """Every reference result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives
+    the results it holds, without the judgements beside them), sorted by device, Composer release, torch.
 
     Raises:
         ValueError: A path is missing, or a file is neither a bench result nor a report (the message names it).
@@ -287,69 +343,41 @@ def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
     for root in map(Path, paths):
         if not root.exists():
             raise ValueError(f'{root}: no such file or directory')
-        files = sorted(root.rglob('*.json')) if root.is_dir() else [root]
-        for file in files:
+        for file in sorted(root.rglob('*.json')) if root.is_dir() else [root]:
             try:
                 data = json.loads(file.read_text())
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}'
-                ) from exc
+                raise ValueError(f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}') from exc
     return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0])))
 
 
-class BaselineExistsError(FileExistsError):
-    """Recording would overwrite a baseline; pass ``replace=True`` (``--replace``) to do that on purpose."""
-
-
-def baseline_path(root: PathLike, device: str, env: str) -> Path:
-    """Where the baseline of one env lives: ``<root>/<device>/<env>.json`` (``env`` includes the device)."""
-    return Path(root) / device / f'{env}.json'
-
-
-def load_baseline(root: PathLike, result: BenchResult) -> Optional[BenchResult]:
-    """The recorded baseline of ``result``'s env, or ``None``."""
-    path = baseline_path(root, result.device, result.env)
-    return BenchResult.from_json(json.loads(path.read_text())) if path.exists() else None
-
-
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
-    """``result``'s baseline under ``root``, and the line that fails the run when there is none to judge against: one
-    that cannot be read (another schema), or none although its device has some (a renamed env, or a forgotten
-    ``--record``). The one rule of ``compatshim report`` and ``compatshim bench --baselines``. A device with no
-    baselines at all is a first run: no line (its metrics are inconclusive)."""
-    path = baseline_path(root, result.device, result.env)
+    """``result``'s baseline under ``root`` (``<root>/<device>/<env>.json``), and the line that fails the run when
+    there is none to judge against: one that cannot be read, or none although its device has some (a renamed env, or a
+    forgotten ``--record``). The one rule of ``compatshim report`` and ``compatshim bench --baselines``. A device with
+    no baselines at all is a first run: no line (its metrics are inconclusive)."""
+    store = Store(Path(root) / result.device, BenchResult)
     record = f'tox -e bench-{result.env},report -- --record'
     elsewhere = 'compatshim report --results RESULT.json --baselines DIR --out DIR --record'
     try:
-        baseline = load_baseline(root, result)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        baseline = store.load(result.env)
+    except UnreadableResult as exc:
         return None, (
-            f'UNREADABLE BASELINE {result.env}: {path.as_posix()}: {exc}; re-record it: {record} --replace (outside '
-            f'the matrix: {elsewhere} --replace)'
+            f'UNREADABLE BASELINE {result.env}: {store.path(result.env).as_posix()}: {exc}; re-record it: {record} '
+            f'--replace (outside the matrix: {elsewhere} --replace)'
         )
-    if baseline is not None or not any(path.parent.glob('*.json')):
+    if baseline is not None or not any(store.root.glob('*.json')):
         return baseline, None
     return None, (
-        f'MISSING BASELINE {result.env}: {path.parent.as_posix()} holds baselines, but none for this env (a renamed '
+        f'MISSING BASELINE {result.env}: {store.root.as_posix()} holds baselines, but none for this env (a renamed '
         f'env, or a forgotten --record); record it: {record} (outside the matrix: {elsewhere})'
     )
 
 
 def record_baseline(result: BenchResult, root: PathLike, replace: bool = False) -> Path:
-    """Write ``result`` as the baseline of its env; never overwrites one unless ``replace``.
-
-    Raises:
-        BaselineExistsError: A baseline exists and ``replace`` is false.
-        ValueError: The result has a planted slowdown (a check of the gate, not a measurement).
-    """
+    """Write ``result`` as the baseline of its env (never over one unless ``replace``; never a planted run)."""
     if result.planted:
         raise ValueError(f'{result.env}: a run with a planted slowdown cannot be recorded as a baseline')
-    path = baseline_path(root, result.device, result.env)
-    if path.exists() and not replace:
-        raise BaselineExistsError(f'{result.env}: a baseline exists at {path}; pass --replace to overwrite it')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    return path
+    return Store(Path(root) / result.device, BenchResult).save(result, result.env, replace)

@@ -13,69 +13,22 @@ Everything is plain torch, so it runs on any device, and nothing is downloaded.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
-__all__ = [
-    'VERSION',
-    'Augment',
-    'RecipeTransform',
-    'SIZES',
-    'Size',
-    'WORKLOADS',
-    'Workload',
-    'bench_loader',
-    'default_size',
-    'bench_model',
-    'recipe_loader',
-    'recipe_model',
-]
+from compatshim.bench.engine import Pipeline, Size
 
-
-#: The version of the workloads' code: bump it with any change to what a leg or a probe measures (loaders, models,
-#: transforms, sizes, the overhead probes). A baseline of another version is *not comparable*
-#: (``compatshim.bench.metrics.comparable``): re-record. 2: the probes sampled in every round, and their direct path on
-#: a plain device (on 0.25–0.26 at stage microbatch it had run the transform twice). 3: bytes per step as the monitor
-#: counts them, per step (the count installed before the Trainer spread Composer's seed broadcast at its construction
-#: over the 2 steps: 4 bytes more), and the monitor's own cost with its wait for data and its early checks.
-VERSION = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Size:
-    """How big one benchmark leg is. Part of the fingerprint: baselines only compare at the same size."""
-
-    #: Samples per batch (per rank).
-    batch: int
-    #: Samples per microbatch (``device_train_microbatch_size``); ``batch // microbatch`` microbatches per step.
-    microbatch: int
-    #: Image side in pixels (square, 3 channels).
-    image: int
-    #: Optimizer steps per timing window (one epoch of the synthetic dataset).
-    steps: int
-    #: Timed rounds, after one warm-up round: in each, the legs of a gated ratio take two windows each, back to back
-    #: (A B B A), every other leg one.
-    rounds: int
-    #: Blur kernel size (odd): the knob that makes the transform heavy.
-    blur: int
+__all__ = ['Augment', 'RecipeTransform', 'bench_loader', 'bench_model', 'default_size', 'pipeline', 'recipe_loader', 'recipe_model']
 
 
 def default_size(device: str) -> str:
     """The size a device is measured at unless told otherwise: ``cpu`` on the host, ``gpu`` on an accelerator."""
     return 'cpu' if device == 'cpu' else 'gpu'
 
-
-#: ``cpu``: seconds per leg on 2 cores. ``gpu``: big enough to load an accelerator. ``tiny``: for the test suite.
-SIZES: dict[str, Size] = {
-    'tiny': Size(batch=8, microbatch=4, image=16, steps=2, rounds=3, blur=3),
-    'cpu': Size(batch=32, microbatch=16, image=64, steps=12, rounds=10, blur=15),
-    'gpu': Size(batch=256, microbatch=64, image=224, steps=20, rounds=9, blur=31),
-}
 
 N_CLASSES = 10
 
@@ -251,30 +204,9 @@ class RecipeTransform:
         return 'RecipeTransform()'
 
 
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """One benchmark workload: how to make its loader, its model and a fresh transform."""
-
-    name: str
-    description: str
-    loader: Callable[[Size], DataLoader[Any]]
-    model: Callable[[], Any]
-    transform: Callable[[Size], Any]
-
-
-WORKLOADS: dict[str, Workload] = {
-    'augment': Workload(
-        'augment',
-        'float32 images, heavy batch-level augmentation on the device',
-        bench_loader,
-        bench_model,
-        lambda size: Augment(size.blur),
-    ),
-    'recipe': Workload(
-        'recipe',
-        'uint8 images, device normalisation + batch crop/flip (the ImageNet recipe)',
-        recipe_loader,
-        recipe_model,
-        lambda size: RecipeTransform(),
-    ),
-}
+def pipeline(name: str, size: Size) -> Pipeline:
+    """The built-in reference pipeline ``name`` (``augment`` or ``recipe``) at ``size``, as the engine measures any
+    pipeline."""
+    if name == 'augment':
+        return Pipeline(bench_loader(size), Augment(size.blur), bench_model(), size.microbatch)
+    return Pipeline(recipe_loader(size), RecipeTransform(), recipe_model(), size.microbatch)

@@ -1,0 +1,155 @@
+"""The accelerators compatshim runs on, one value each: the CPU fake accelerator (``cpu``), ``cuda`` and ``mps``.
+
+An :class:`Accelerator` carries what differs between them, so no caller dispatches on a device's name: whether torch
+sees it (:meth:`~Accelerator.absent`), how to wait for it, the clock a bench window is timed with, Composer's own
+``Device`` for it, the ``Device`` on which placement is observable, the timing events a transform's time is read from
+(``None``: the host's CPU time), and how it names its hardware. Importing this module imports nothing heavy; torch and
+Composer are imported by the methods that need them.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any, Callable, Optional
+
+__all__ = ['ACCELERATORS', 'Accelerator', 'accelerator', 'of_device']
+
+
+class Accelerator:
+    """The CPU fake accelerator: tensors stay on the host, marked as on the device, so placement and bytes are real;
+    times are this process's CPU time (the legs run on the host: that is their whole cost, and time the machine gives
+    to other processes does not count)."""
+
+    #: How ``--device`` and the results name it.
+    name = 'cpu'
+    #: Composer's own name for its device (``Device.name``).
+    composer_name = 'cpu'
+    #: torch's intra-op threads while a bench runs on it (``None``: left as they are). One on the host, as
+    #: torch.utils.benchmark's ``Timer`` runs: a pool with a thread per core spins while another process has the core.
+    threads: Optional[int] = 1
+
+    def absent(self) -> Optional[str]:
+        """Why torch cannot use it here (``None``: it can)."""
+        return None
+
+    def synchronize(self) -> None:
+        """Wait for the device (nothing to wait for on the host)."""
+
+    def clock(self) -> Callable[[], float]:
+        """What a bench window (and a probe's sample) is timed with."""
+        return time.process_time
+
+    def composer_device(self) -> Any:
+        """Composer's own ``Device`` (plain ``DeviceCPU`` here: what the timed legs run on)."""
+        from composer.devices import DeviceCPU
+
+        return DeviceCPU()
+
+    def observable_device(self) -> Any:
+        """A Composer ``Device`` on which placement is observable (the fake accelerator here)."""
+        from compatshim.testing import FakeAcceleratorDevice
+
+        return FakeAcceleratorDevice()
+
+    def event(self) -> Optional[Callable[[], Any]]:
+        """How to make a timing event on it (``None``: a transform is timed in the host's CPU time)."""
+        return None
+
+    def hardware(self) -> dict[str, Any]:
+        """What a result's fingerprint says of the hardware beyond the host."""
+        return {'gpu': None}
+
+    def __repr__(self) -> str:
+        return f'Accelerator({self.name!r})'
+
+
+class _Cuda(Accelerator):
+    """An NVIDIA GPU: wall-clock windows, the device synchronised at their edges; CUDA events for a transform."""
+
+    name, composer_name, threads = 'cuda', 'gpu', None
+
+    def absent(self) -> Optional[str]:
+        import torch
+
+        return None if torch.cuda.is_available() else 'torch.cuda.is_available() is False'
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def clock(self) -> Callable[[], float]:
+        return time.perf_counter
+
+    def composer_device(self) -> Any:
+        from composer.devices import DeviceGPU
+
+        return DeviceGPU()
+
+    def observable_device(self) -> Any:
+        return self.composer_device()
+
+    def event(self) -> Optional[Callable[[], Any]]:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return lambda: torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def hardware(self) -> dict[str, Any]:
+        import torch
+
+        return {'gpu': torch.cuda.get_device_name(), 'cuda': torch.version.cuda}
+
+
+class _Mps(_Cuda):
+    """Apple's GPU: as cuda, with ``torch.mps``'s synchronisation and events (where torch has them)."""
+
+    name, composer_name = 'mps', 'mps'
+
+    def absent(self) -> Optional[str]:
+        import torch
+
+        mps = getattr(torch.backends, 'mps', None)
+        return None if mps is not None and mps.is_available() else 'torch.backends.mps.is_available() is False'
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.mps.synchronize()
+
+    def composer_device(self) -> Any:
+        from composer.devices import DeviceMPS
+
+        return DeviceMPS()
+
+    def event(self) -> Optional[Callable[[], Any]]:
+        import torch
+
+        event = getattr(getattr(torch, 'mps', None), 'Event', None)
+        return None if event is None else lambda: event(enable_timing=True)
+
+    def hardware(self) -> dict[str, Any]:
+        return {'gpu': f'Apple MPS ({platform.machine()})'}
+
+
+#: Every accelerator, by the name ``--device`` gives (``compatshim._support.DEVICES``, in that order).
+ACCELERATORS: dict[str, Accelerator] = {found.name: found for found in (Accelerator(), _Cuda(), _Mps())}
+
+
+def accelerator(name: str) -> Accelerator:
+    """The accelerator called ``name``.
+
+    Raises:
+        ValueError: No such accelerator (the message lists those there are).
+    """
+    if name not in ACCELERATORS:
+        raise ValueError(f'unknown device {name!r}; choose one of {", ".join(ACCELERATORS)}')
+    return ACCELERATORS[name]
+
+
+def of_device(device: Any) -> Accelerator:
+    """The accelerator a Composer ``Device`` runs on (by its ``name``; anything else is the host's)."""
+    name = getattr(device, 'name', 'cpu')
+    return next((found for found in ACCELERATORS.values() if found.composer_name == name), ACCELERATORS['cpu'])

@@ -1,0 +1,29 @@
+"""Where a transform saw its batch: the one vocabulary of the recorder, the monitor, the probes, the bench and the rule.
+
+Imports nothing heavy (results and rules read it without torch).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ['Placement']
+
+
+class Placement(str, enum.Enum):
+    """Where a transform saw its batch, or why it saw none: the one vocabulary of the monitor, the probes, the bench
+    and the rule (a ``str``, so it is its value in JSON and text)."""
+
+    DEVICE = 'device'
+    HOST = 'host'
+    MIXED = 'mixed'
+    #: A batch with no tensor in it.
+    EMPTY = 'empty'
+    NEVER_CALLED = 'never called'
+    #: A leg given no transform (the pipeline bench's ceiling).
+    NO_TRANSFORM = 'no transform'
+    #: A leg that could not run on this release (its reason says why).
+    UNAVAILABLE = 'unavailable'
+
+    def __str__(self) -> str:
+        return self.value

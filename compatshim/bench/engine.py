@@ -1,0 +1,489 @@
+"""The one measuring engine, for the reference workload and a user's pipeline alike.
+
+A :class:`Pipeline` (a dataloader, a transform, a model) is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`),
+each leg a real Composer ``Trainer`` over the same batches, differing only in how the transform is passed and whether
+the shim is on:
+
+1. :func:`check`: every leg runs :data:`CHECK_STEPS` untimed steps on an *observable* device (the CPU fake
+   accelerator, or the real cuda/mps device) under a ``TransformMonitor``: placement, calls per step, bytes by dtype,
+   or why the leg cannot run (absent on this release, rejected, failing).
+2. :func:`time`: the legs that are timed get a Trainer on Composer's own device for the accelerator (plain
+   ``DeviceCPU`` on cpu: the same tensors whatever the leg, so the same transform costs the same on every leg),
+   with a monitor (the transform's time, the wait for data). One warm-up round, then ``rounds``: a window is one
+   ``fit(duration='1ep')`` of ``steps`` batches; each pair of legs whose ratio is judged runs back to back, its order
+   alternating from round to round (:func:`schedule`); a leg's ``beside_s`` is its partner's window of the same round.
+   Windows are timed on the accelerator's clock (this process's CPU time on cpu, one torch thread; wall time, the
+   device synchronised at the edges, on cuda/mps), with the collector paused inside them.
+
+Imports torch (and Composer, when measuring).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import dataclasses
+import gc
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import torch
+
+import compatshim
+from compatshim._accelerator import Accelerator
+from compatshim._placement import Placement
+from compatshim._recorder import Tap, tensors
+from compatshim._support import family_of, installed
+from compatshim.bench.metrics import LEGS, Leg
+from compatshim.bench.results import LegResult, LegStatus
+
+__all__ = [
+    'CHECK_STEPS',
+    'SIZES',
+    'VERSION',
+    'Pipeline',
+    'Run',
+    'Size',
+    'check',
+    'fingerprint',
+    'first_line',
+    'pinned',
+    'runs',
+    'schedule',
+    'time',
+]
+
+#: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
+#: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
+#: a monitor, pairs alternating round by round, one leg vocabulary); 3: bytes per step as the monitor counts them.
+VERSION = 4
+#: Untimed steps per leg for placement, calls and bytes.
+CHECK_STEPS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big a run is: steps per window and timed rounds (after a warm-up round); for the reference workloads also
+    their batch, microbatch, image side and blur kernel (0 for a user's pipeline: its own)."""
+
+    name: str
+    steps: int
+    rounds: int
+    batch: int = 0
+    microbatch: int = 0
+    image: int = 0
+    blur: int = 0
+
+
+#: ``tiny``/``cpu``/``gpu``: the reference workload (the test suite, 2 cores, an accelerator). ``quick``/``default``: a
+#: user's pipeline (3 rounds can never make a timing significant: placement, calls and bytes gate there; longer windows
+#: average out a noisy machine).
+SIZES: dict[str, Size] = {
+    size.name: size
+    for size in (
+        Size('tiny', steps=2, rounds=3, batch=8, microbatch=4, image=16, blur=3),
+        Size('cpu', steps=12, rounds=16, batch=32, microbatch=16, image=64, blur=15),
+        Size('gpu', steps=20, rounds=14, batch=256, microbatch=64, image=224, blur=31),
+        Size('quick', steps=4, rounds=3),
+        Size('default', steps=20, rounds=8),
+    )
+}
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """A pipeline as the engine runs it: ``dataloader`` (a host ``DataLoader``, or any iterable of batches),
+    ``transform`` (the device transform), and optionally ``model`` (a ``ComposerModel``, copied per leg; without one,
+    a model that only consumes the batch), ``microbatch_size`` and ``get_num_samples_in_batch``."""
+
+    dataloader: Any
+    transform: Callable[[Any], Any]
+    model: Any = None
+    microbatch_size: Optional[int] = None
+    get_num_samples_in_batch: Optional[Callable[[Any], int]] = None
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message as one line of at most 200 characters."""
+    line = (str(exc).strip().splitlines() or [''])[0]
+    return line if len(line) <= 200 else line[:197] + '...'
+
+
+class Source:
+    """One iterator over a dataloader, shared by every leg (one set of workers), started over when it runs out."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader, self._iterator = loader, None
+
+    def next(self) -> Any:
+        for _ in range(2):
+            if self._iterator is None:
+                self._iterator = iter(self.loader)
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                self._iterator = None
+        raise ValueError('the dataloader yields no batch')
+
+
+class Windows:
+    """An epoch of ``steps`` batches from the source (or, ``replay``, the same stored batches every epoch)."""
+
+    def __init__(self, source: Optional[Source], steps: int, replay: Optional[list[Any]] = None) -> None:
+        self.source, self.steps, self.replay = source, steps, replay
+
+    def __len__(self) -> int:
+        return self.steps if self.replay is None else len(self.replay)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.replay is not None:
+            yield from self.replay
+            return
+        assert self.source is not None
+        for _ in range(self.steps):
+            yield self.source.next()
+
+
+def _consumer() -> Any:
+    """A ComposerModel that only consumes the batch (one parameter, a loss that reads one element of each tensor)."""
+    from composer.models import ComposerModel
+
+    class Consumer(ComposerModel):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            touched = [t.reshape(-1)[:1].float().sum() for t in tensors(batch)]
+            return self.weight + 0 * (sum(touched) if touched else 0)
+
+        def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            return outputs
+
+    return Consumer()
+
+
+def samples_in(pipeline: Pipeline, batch: Any) -> int:
+    """Samples in ``batch``, as Composer counts them (or as the pipeline's own ``get_num_samples_in_batch`` does)."""
+    from composer.core import DataSpec
+
+    count = pipeline.get_num_samples_in_batch or DataSpec(Windows(None, 1, [batch])).get_num_samples_in_batch
+    return int(count(batch))
+
+
+def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: int, monitor: Any, fn: Any) -> Any:
+    """A Trainer for ``leg`` over ``loader`` on the Composer ``device``, its DataSpec built with the shim in the leg's
+    state (DataSpecs convert when they are built), ``monitor`` among its callbacks, ``fn`` as its transform."""
+    from composer import Trainer
+    from composer.core import DataSpec
+    from composer.optim import DecoupledSGDW
+
+    compatshim.enable(stage=leg.stage) if leg.stage else compatshim.disable()
+    arguments: dict[str, Any] = {} if leg.argument is None else {leg.argument: fn}
+    if leg.stage and compatshim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
+        arguments['data_transfer_stage'] = leg.stage
+    if pipeline.get_num_samples_in_batch is not None:
+        arguments['get_num_samples_in_batch'] = pipeline.get_num_samples_in_batch
+    try:
+        spec = DataSpec(loader, **arguments)
+    finally:
+        compatshim.disable()
+    model = copy.deepcopy(pipeline.model) if pipeline.model is not None else _consumer()
+    return Trainer(
+        model=model,
+        train_dataloader=spec,
+        optimizers=DecoupledSGDW(model.parameters(), lr=1e-3),
+        device=device,
+        device_train_microbatch_size=pipeline.microbatch_size or samples,
+        callbacks=[monitor],
+        precision='fp32',
+        seed=17,
+        progress_bar=False,
+        log_to_console=False,
+    )
+
+
+def check(
+    pipeline: Pipeline, names: list[str], accelerator: Accelerator, loader: Callable[[Leg], Any], samples: int
+) -> dict[str, LegResult]:
+    """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
+    what the monitor saw of them (or why the leg cannot run)."""
+    from compatshim.monitor import TransformMonitor
+
+    family = family_of(installed('mosaicml') or '')
+    out = {}
+    with quiet():
+        for name in names:
+            out[name] = _check(LEGS[name], family, pipeline, accelerator, loader, samples, TransformMonitor)
+    return out
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """What the monitor would warn of in a leg, the bench reports per leg; Composer's advice on microbatch sizes too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', compatshim.CompatShimWarning)
+        warnings.filterwarnings('ignore', message='.*device_train_microbatch_size.*')
+        yield
+
+
+def _check(
+    leg: Leg, family: Any, pipeline: Pipeline, accelerator: Accelerator, loader: Any, samples: int, monitor_type: Any
+) -> LegResult:
+    missing = leg.missing(family)
+    if missing:
+        return LegResult(leg.description, LegStatus.NOT_HERE, missing, Placement.UNAVAILABLE)
+    monitor, tap = monitor_type(), Tap(pipeline.transform)
+    try:
+        trainer = _trainer(leg, pipeline, loader(leg), accelerator.observable_device(), samples, monitor, tap)
+    except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
+        return LegResult(leg.description, LegStatus.REJECTED, f'TypeError: {first_line(exc)}', Placement.UNAVAILABLE)
+    try:
+        compatshim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
+        trainer.fit(duration=f'{CHECK_STEPS}ba')
+    except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
+        return LegResult(leg.description, LegStatus.FAILED, f'{type(exc).__name__}: {first_line(exc)}', tap.window.where)
+    finally:
+        compatshim.disable()
+        trainer.close()
+    summary = monitor.summaries[-1]
+    seen = summary.transforms.get(leg.argument or '')
+    return LegResult(
+        leg.description,
+        placement=Placement.NO_TRANSFORM if seen is None else seen.where,
+        calls_per_step=0.0 if seen is None else seen.calls_per_step,
+        h2d_bytes_per_step=int(summary.bytes_per_step),
+        h2d_bytes_by_dtype=summary.bytes_by_dtype,
+        monitor=summary.text,
+    )
+
+
+@dataclasses.dataclass
+class Run:
+    """A timed leg: its Trainer and monitor, and what its windows measured."""
+
+    leg: Leg
+    trainer: Any
+    monitor: Any
+    windows: list[float] = dataclasses.field(default_factory=list)
+    samples: list[int] = dataclasses.field(default_factory=list)
+    summaries: list[Any] = dataclasses.field(default_factory=list)
+    round_s: list[float] = dataclasses.field(default_factory=list)
+    beside_s: list[float] = dataclasses.field(default_factory=list)
+    partner: str = ''
+    failed: str = ''
+
+    def timings(self, leg: LegResult) -> LegResult:
+        """``leg`` (its check) with this run's timings: per round and per window, and the monitor's medians."""
+        argument = self.leg.argument or ''
+        seen = [(w, s.transforms[argument]) for w, s in zip(self.windows, self.summaries) if argument in s.transforms]
+        ms = [t.ms_per_step for _, t in seen if t.ms_per_step is not None]
+        shares = [t.ms_in_all / (w * 1e3) for w, t in seen if t.ms_in_all is not None and w > 0]
+        waits = [s.wait_ms_per_step for s in self.summaries if s.wait_ms_per_step is not None]
+        waited = [s.wait_share for s in self.summaries if s.wait_share is not None]
+        return dataclasses.replace(
+            leg,
+            partner=self.partner,
+            round_s=self.round_s,
+            beside_s=self.beside_s,
+            samples_per_s=[n / s for n, s in zip(self.samples, self.windows) if s > 0],
+            transform_ms=statistics.median(ms) if ms else None,
+            transform_share=statistics.median(shares) if shares else None,
+            wait_ms=statistics.median(waits) if waits else None,
+            wait_share=statistics.median(waited) if waited else None,
+        )
+
+
+def runs(
+    pipeline: Pipeline,
+    names: list[str],
+    accelerator: Accelerator,
+    loader: Callable[[Leg], Any],
+    samples: int,
+    transform: Optional[Callable[[Leg], Any]] = None,
+) -> dict[str, Run]:
+    """A timed Trainer per leg on Composer's own device, each with a monitor (``transform(leg)``: the leg's transform
+    instead of the pipeline's, a planted slowdown)."""
+    from compatshim.monitor import TransformMonitor
+
+    made = {}
+    for name in names:
+        leg, monitor = LEGS[name], TransformMonitor()
+        fn = pipeline.transform if transform is None else transform(leg)
+        device = accelerator.composer_device()
+        made[name] = Run(leg, _trainer(leg, pipeline, loader(leg), device, samples, monitor, fn), monitor)
+    return made
+
+
+def schedule(names: list[str], pairs: list[tuple[str, str]], round_: int) -> list[list[str]]:
+    """One round's windows, in groups: each pair back to back, its order alternating from round to round (so that a
+    drift touches both sides alike over the rounds), every other leg alone; the groups in an order shuffled by the
+    round."""
+    groups = [[a, b] if (round_ + i) % 2 else [b, a] for i, (a, b) in enumerate(pairs)]
+    groups += [[name] for name in names if not any(name in pair for pair in pairs)]
+    return random.Random(round_).sample(groups, len(groups))
+
+
+def _window(run: Run, accelerator: Accelerator, clock: Callable[[], float]) -> float:
+    """One window of ``run``'s leg on ``clock``, the device synchronised at both edges, the collector paused."""
+    gc.collect()
+    gc.disable()
+    try:
+        accelerator.synchronize()
+        start, samples = clock(), int(run.trainer.state.timestamp.sample)
+        run.trainer.fit(duration='1ep')
+        accelerator.synchronize()
+        elapsed = clock() - start
+    finally:
+        gc.enable()
+    run.samples.append(int(run.trainer.state.timestamp.sample) - samples)
+    run.summaries.append(run.monitor.summaries[-1])
+    return elapsed
+
+
+def time(
+    made: dict[str, Run],
+    pairs: list[tuple[str, str]],
+    accelerator: Accelerator,
+    rounds: int,
+    say: Callable[[str], None],
+    after_round: Optional[Callable[[int], None]] = None,
+) -> None:
+    """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then ``rounds``
+    timed rounds of :func:`schedule`; ``after_round(round)`` after each round's windows (the probes)."""
+    clock = accelerator.clock()
+    pairs = [(a, b) for a, b in pairs if a in made and b in made]
+    for leg, partner in pairs:
+        made[leg].partner = partner
+    # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
+    # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
+    # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
+    compatshim.enable()
+    gc.collect()
+    gc.freeze()
+    try:
+        with quiet():
+            for round_ in range(rounds + 1):
+                _round(made, pairs, accelerator, clock, round_, after_round)
+                say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
+    finally:
+        gc.unfreeze()
+        compatshim.disable()
+        for run in made.values():
+            run.trainer.close()
+
+
+def _round(
+    made: dict[str, Run],
+    pairs: list[tuple[str, str]],
+    accelerator: Accelerator,
+    clock: Callable[[], float],
+    round_: int,
+    after_round: Optional[Callable[[int], None]],
+) -> None:
+    spent: dict[str, list[float]] = {name: [] for name in made}
+    for group in schedule([n for n, r in made.items() if not r.failed], pairs, round_):
+        took: dict[str, float] = {}
+        for name in group:
+            try:
+                took[name] = _window(made[name], accelerator, clock)
+            except Exception as exc:
+                if round_:
+                    raise
+                made[name].failed = f'{type(exc).__name__}: {first_line(exc)}'
+        for leg, partner in pairs:
+            if round_ and leg in took and partner in took:
+                made[leg].beside_s.append(took[partner])
+        for name, seconds in took.items():
+            spent[name].append(seconds)
+    if after_round is not None:
+        after_round(round_)
+    for run in made.values():
+        if not round_:
+            run.windows.clear(), run.samples.clear(), run.summaries.clear()
+        elif spent[run.leg.name]:
+            run.windows += spent[run.leg.name]
+            run.round_s.append(statistics.mean(spent[run.leg.name]))
+
+
+@contextlib.contextmanager
+def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
+    """What every bench fixes before it builds anything, and puts back after; yields what it fixed (the
+    fingerprint's ``torch_threads`` and ``allocator``).
+
+    On cpu torch's intra-op threads are fixed (:attr:`~compatshim._accelerator.Accelerator.threads`), as torch.utils.benchmark's ``Timer`` does: with
+    ``OMP_NUM_THREADS`` unset torch's pool has a thread per core, and its threads spin while the core they wait for
+    runs another process — on a shared 2-core machine one leg's rounds ran at 658, 81 and 660 samples/s, and the same
+    transform cost 0.98 ms on one leg and 94.5 on another. glibc's malloc thresholds are fixed too: it raises its mmap
+    threshold as a process frees large blocks, so the same code page-faulted a fresh 1.5 MiB mapping in one window and
+    reused the heap in the next (whole-batch legs at ~1,850 or ~2,300 samples/s from window to window); fixed, every
+    leg runs at one speed.
+    """
+    before = torch.get_num_threads()
+    if accelerator.threads:
+        torch.set_num_threads(accelerator.threads)
+    try:
+        yield {'torch_threads': torch.get_num_threads(), 'allocator': _pin_allocator()}
+    finally:
+        torch.set_num_threads(before)
+
+
+def _pin_allocator() -> str:
+    if not sys.platform.startswith('linux'):
+        return 'default'
+    try:
+        libc = ctypes.CDLL('libc.so.6')
+    except OSError:
+        return 'default'
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
+    if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
+        return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
+    return 'default'
+
+
+def _cpu_model() -> str:
+    try:
+        with open('/proc/cpuinfo') as info:
+            for line in info:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> Optional[str]:
+    """The commit of the repository the current directory is in (``None``: not one, or no git)."""
+    try:
+        found = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
+def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The machine and software a result was measured on: reported (a CPU model string is no identity: machines that
+    share one differ by 1.7x), except what the comparability keys name (the size, the version, a pipeline's own)."""
+    return {
+        'cpu_model': _cpu_model(),
+        'cpu_count': os.cpu_count(),
+        **accelerator.hardware(),
+        **fixed,
+        'device': accelerator.name,
+        'python': platform.python_version(),
+        'torch': torch.__version__,
+        'composer': installed('mosaicml'),
+        'compatshim': compatshim.__version__,
+        'git_commit': _git_commit(),
+        'size': dataclasses.asdict(of),
+        'workload_version': VERSION,
+        **fields,
+    }
