@@ -48,7 +48,7 @@ class Accelerator:
 
     def observable_device(self) -> Any:
         """A Composer ``Device`` on which placement is observable (the fake accelerator here)."""
-        from compatshim.testing import FakeAcceleratorDevice
+        from compatshim._fake import FakeAcceleratorDevice
 
         return FakeAcceleratorDevice()
 

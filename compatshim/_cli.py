@@ -220,9 +220,7 @@ def _report_command(args: argparse.Namespace) -> int:
         recorded = args.record and (args.replace or not path.exists())  # what --record will write below
         if absent and not recorded:
             missing.append(absent)
-        judged.setdefault(result.device, []).append(
-            report.Judged(result, baseline, named, _judge(result, baseline))
-        )
+        judged.setdefault(result.device, []).append(report.Judged(result, baseline, named, _judge(result, baseline)))
     failures: list[str] = []
     for device, entries in judged.items():
         written = report.write(entries, Path(args.out) / device, device, png=not args.no_png)

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ['Placement']
+__all__ = ['Placement', 'Word']
 
 
-class Placement(str, enum.Enum):
+class Word(str, enum.Enum):
+    """A closed vocabulary whose members are their words: in JSON, in text, in comparisons."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Placement(Word):
     """Where a transform saw its batch, or why it saw none: the one vocabulary of the monitor, the probes, the bench
     and the rule (a ``str``, so it is its value in JSON and text)."""
 
@@ -24,6 +31,3 @@ class Placement(str, enum.Enum):
     NO_TRANSFORM = 'no transform'
     #: A leg that could not run on this release (its reason says why).
     UNAVAILABLE = 'unavailable'
-
-    def __str__(self) -> str:
-        return self.value

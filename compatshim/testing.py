@@ -18,11 +18,10 @@ This module imports torch and Composer; import it only in tests.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-import torch
-from composer.devices import DeviceCPU, DeviceGPU
-
+from compatshim._accelerator import accelerator
+from compatshim._fake import FakeAcceleratorDevice, FakeAcceleratorTensor, FakeAutoMicrobatchDevice
 from compatshim._recorder import Tap, is_on_device, placement
 
 __all__ = [
@@ -36,91 +35,12 @@ __all__ = [
 ]
 
 
-class FakeAcceleratorTensor(torch.Tensor):
-    """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
-
-    _compatshim_on_accelerator = True  # what compatshim._recorder.is_on_device looks for
-
-    @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
-        if func is torch.Tensor.cpu or func is torch.Tensor.numpy:
-            with torch._C.DisableTorchFunctionSubclass():
-                plain = args[0].clone()
-            return plain if func is torch.Tensor.cpu else plain.numpy()
-        return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FakeAcceleratorTensor:
-        with torch._C.DisableTorchFunctionSubclass():
-            copy = self.detach().clone()
-        result = copy.as_subclass(FakeAcceleratorTensor)
-        memo[id(self)] = result
-        return result
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        with torch._C.DisableTorchFunctionSubclass():
-            return (_to_fake, (self.detach().clone(),))
-
-    # torch declares Tensor.__repr__ untyped (``*, tensor_contents=None``); this override keeps its call shape.
-    def __repr__(self, **kwargs: Any) -> str:  # type: ignore[override]
-        with torch._C.DisableTorchFunctionSubclass():
-            return f'FakeAccelerator{torch.Tensor.__repr__(self, **kwargs)}'  # type: ignore[no-untyped-call]
-
-
-def _to_fake(tensor: torch.Tensor) -> torch.Tensor:
-    if isinstance(tensor, FakeAcceleratorTensor):
-        return tensor
-    return tensor.detach().clone().as_subclass(FakeAcceleratorTensor)
-
-
-class _MovesToFake:
-    """``tensor_to_device`` for the fake devices: copy to a :class:`FakeAcceleratorTensor`."""
-
-    def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        return _to_fake(tensor)
-
-
-class FakeAcceleratorDevice(_MovesToFake, DeviceCPU):
-    """Composer's CPU device, except that batches it moves become :class:`FakeAcceleratorTensor` copies.
-
-    Moving an already-moved tensor is a no-op, as ``.to('cuda')`` is on a cuda tensor. Modules stay plain (the
-    tag marks what was *moved*, which is what placement tests check).
-    """
-
-    name = 'fake'
-
-
-class FakeAutoMicrobatchDevice(_MovesToFake, DeviceGPU):
-    """The fake accelerator dressed as a GPU, so that ``device_train_microbatch_size='auto'`` is allowed on CPU.
-
-    Composer only permits ``'auto'`` on a ``DeviceGPU``. This class passes that ``isinstance`` check without touching
-    CUDA: use it with ``precision='fp32'`` and a model that raises ``RuntimeError('CUDA out of memory')`` to drive the
-    out-of-memory retry path.
-    """
-
-    dist_backend = 'gloo'
-    name = 'fake-gpu'
-
-    def __init__(self) -> None:
-        self._device = torch.device('cpu')
-
-    def module_to_device(self, module: Any) -> Any:
-        return module.to(self._device)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
-
-
 def observable_device(device: str) -> Any:
     """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
 
     Args:
         device: ``cpu``, ``cuda`` or ``mps`` (:data:`compatshim._accelerator.ACCELERATORS`).
     """
-    from compatshim._accelerator import accelerator
-
     return accelerator(device).observable_device()
 
 

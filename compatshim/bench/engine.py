@@ -31,35 +31,22 @@ import random
 import statistics
 import subprocess
 import sys
+import time as _clock
 import warnings
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TextIO
 
 import torch
 
 import compatshim
-from compatshim._accelerator import Accelerator
+from compatshim._accelerator import Accelerator, accelerator
 from compatshim._placement import Placement
 from compatshim._recorder import Tap, tensors
-from compatshim._support import family_of, installed
+from compatshim._support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.bench.metrics import LEGS, Leg
-from compatshim.bench.results import LegResult, LegStatus
+from compatshim.bench.results import LegResult, LegStatus, now
 
-__all__ = [
-    'CHECK_STEPS',
-    'SIZES',
-    'VERSION',
-    'Pipeline',
-    'Run',
-    'Size',
-    'check',
-    'fingerprint',
-    'first_line',
-    'pinned',
-    'runs',
-    'schedule',
-    'time',
-]
+__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Size', 'measure', 'pinned', 'ready', 'schedule', 'time']
 
 #: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
 #: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
@@ -211,21 +198,6 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
     )
 
 
-def check(
-    pipeline: Pipeline, names: list[str], accelerator: Accelerator, loader: Callable[[Leg], Any], samples: int
-) -> dict[str, LegResult]:
-    """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
-    what the monitor saw of them (or why the leg cannot run)."""
-    from compatshim.monitor import TransformMonitor
-
-    family = family_of(installed('mosaicml') or '')
-    out = {}
-    with quiet():
-        for name in names:
-            out[name] = _check(LEGS[name], family, pipeline, accelerator, loader, samples, TransformMonitor)
-    return out
-
-
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """What the monitor would warn of in a leg, the bench reports per leg; Composer's advice on microbatch sizes too."""
@@ -235,35 +207,49 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def _check(
-    leg: Leg, family: Any, pipeline: Pipeline, accelerator: Accelerator, loader: Any, samples: int, monitor_type: Any
-) -> LegResult:
-    missing = leg.missing(family)
-    if missing:
-        return LegResult(leg.description, LegStatus.NOT_HERE, missing, Placement.UNAVAILABLE)
-    monitor, tap = monitor_type(), Tap(pipeline.transform)
-    try:
-        trainer = _trainer(leg, pipeline, loader(leg), accelerator.observable_device(), samples, monitor, tap)
-    except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
-        return LegResult(leg.description, LegStatus.REJECTED, f'TypeError: {first_line(exc)}', Placement.UNAVAILABLE)
-    try:
-        compatshim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
-        trainer.fit(duration=f'{CHECK_STEPS}ba')
-    except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
-        return LegResult(leg.description, LegStatus.FAILED, f'{type(exc).__name__}: {first_line(exc)}', tap.window.where)
-    finally:
-        compatshim.disable()
-        trainer.close()
-    summary = monitor.summaries[-1]
-    seen = summary.transforms.get(leg.argument or '')
-    return LegResult(
-        leg.description,
-        placement=Placement.NO_TRANSFORM if seen is None else seen.where,
-        calls_per_step=0.0 if seen is None else seen.calls_per_step,
-        h2d_bytes_per_step=int(summary.bytes_per_step),
-        h2d_bytes_by_dtype=summary.bytes_by_dtype,
-        monitor=summary.text,
-    )
+def check(
+    pipeline: Pipeline, names: list[str], on: Accelerator, loader: Callable[[Leg], Any], samples: int
+) -> dict[str, LegResult]:
+    """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
+    what the monitor saw of them (or why the leg cannot run)."""
+    from compatshim.monitor import TransformMonitor
+
+    family, out = family_of(installed('mosaicml') or ''), {}
+    for name in names:
+        leg = LEGS[name]
+        out[name] = LegResult(leg.description, LegStatus.NOT_HERE, leg.missing(family), Placement.UNAVAILABLE)
+        if out[name].reason:
+            continue
+        monitor, tap = TransformMonitor(), Tap(pipeline.transform)
+        with quiet():
+            try:
+                trainer = _trainer(leg, pipeline, loader(leg), on.observable_device(), samples, monitor, tap)
+            except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
+                out[name] = dataclasses.replace(
+                    out[name], status=LegStatus.REJECTED, reason=f'TypeError: {first_line(exc)}'
+                )
+                continue
+            try:
+                compatshim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
+                trainer.fit(duration=f'{CHECK_STEPS}ba')
+            except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
+                reason = f'{type(exc).__name__}: {first_line(exc)}'
+                out[name] = LegResult(leg.description, LegStatus.FAILED, reason, tap.window.where)
+                continue
+            finally:
+                compatshim.disable()
+                trainer.close()
+        summary = monitor.summaries[-1]
+        seen = summary.transforms.get(leg.argument or '')
+        out[name] = LegResult(
+            leg.description,
+            placement=Placement.NO_TRANSFORM if seen is None else seen.where,
+            calls_per_step=0.0 if seen is None else seen.calls_per_step,
+            h2d_bytes_per_step=int(summary.bytes_per_step),
+            h2d_bytes_by_dtype=summary.bytes_by_dtype,
+            monitor=summary.text,
+        )
+    return out
 
 
 @dataclasses.dataclass
@@ -321,6 +307,80 @@ def runs(
         device = accelerator.composer_device()
         made[name] = Run(leg, _trainer(leg, pipeline, loader(leg), device, samples, monitor, fn), monitor)
     return made
+
+
+def ready(device: str) -> tuple[Accelerator, str]:
+    """The accelerator ``device`` and the installed Composer release, once every bench's inputs are checked: one line
+    naming what is wrong (``ValueError``), or ``RuntimeError`` while the shim is enabled (the bench turns it on and off
+    per leg)."""
+    on = accelerator(device)
+    if on.absent():
+        raise ValueError(f'--device {device}, but {on.absent()}')
+    composer = installed('mosaicml')
+    if composer is None:
+        raise ValueError('Composer is not installed here (pip install mosaicml)')
+    if compatshim.status().patches:
+        raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
+    return on, composer
+
+
+def progress(name: str, out: Optional[TextIO]) -> Callable[[str], None]:
+    """A progress line printer for ``name`` (``out`` ``None``: silent), each line with the seconds since it was made."""
+    started = _clock.perf_counter()
+
+    def say(message: str) -> None:
+        if out is not None:
+            print(f'{name}: {message} ({_clock.perf_counter() - started:.0f} s)', file=out, flush=True)
+
+    return say
+
+
+def measure(
+    pipeline: Pipeline,
+    names: list[str],
+    on: Accelerator,
+    size: Size,
+    samples: int,
+    loader: Callable[[Leg, int, bool], Any],
+    pairs: list[tuple[str, str]],
+    timed: Callable[[LegResult], bool],
+    say: Callable[[str], None],
+    transform: Optional[Callable[[Leg], Any]] = None,
+    after_round: Optional[Callable[[int], None]] = None,
+) -> dict[str, LegResult]:
+    """Every leg of ``names``: checked (:func:`check`), then those ``timed`` selects timed (:func:`runs`,
+    :func:`time`) with ``pairs`` back to back; ``loader(leg, steps, observed)`` gives a leg's epoch (``observed``: for
+    the check, on the observable device)."""
+    checked = check(pipeline, names, on, lambda leg: loader(leg, CHECK_STEPS, True), samples)
+    if 'ceiling' in checked and not checked['ceiling'].available:
+        raise ValueError(
+            'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
+            f'{checked["ceiling"].reason}'
+        )
+    chosen = [name for name in names if checked[name].available and timed(checked[name])]
+    made = runs(pipeline, chosen, on, lambda leg: loader(leg, size.steps, False), samples, transform)
+    say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
+    time(made, pairs, on, size.rounds, say, after_round)
+    legs = dict(checked)
+    for name, run in made.items():
+        legs[name] = (
+            dataclasses.replace(checked[name], status=LegStatus.FAILED, reason=run.failed)
+            if run.failed
+            else run.timings(checked[name])
+        )
+    return legs
+
+
+def common(on: Accelerator, composer: str, size: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The fields of every result: the release, the device, the fingerprint (``fields``: a bench's own keys)."""
+    return {
+        'composer': composer,
+        'torch': torch.__version__,
+        'device': on.name,
+        'family': getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
+        'fingerprint': fingerprint(on, size, fixed, **fields),
+        'measured_at': now(),
+    }
 
 
 def schedule(names: list[str], pairs: list[tuple[str, str]], round_: int) -> list[list[str]]:
@@ -419,13 +479,12 @@ def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
     """What every bench fixes before it builds anything, and puts back after; yields what it fixed (the
     fingerprint's ``torch_threads`` and ``allocator``).
 
-    On cpu torch's intra-op threads are fixed (:attr:`~compatshim._accelerator.Accelerator.threads`), as torch.utils.benchmark's ``Timer`` does: with
-    ``OMP_NUM_THREADS`` unset torch's pool has a thread per core, and its threads spin while the core they wait for
-    runs another process — on a shared 2-core machine one leg's rounds ran at 658, 81 and 660 samples/s, and the same
-    transform cost 0.98 ms on one leg and 94.5 on another. glibc's malloc thresholds are fixed too: it raises its mmap
-    threshold as a process frees large blocks, so the same code page-faulted a fresh 1.5 MiB mapping in one window and
-    reused the heap in the next (whole-batch legs at ~1,850 or ~2,300 samples/s from window to window); fixed, every
-    leg runs at one speed.
+    torch's intra-op threads (:attr:`~compatshim._accelerator.Accelerator.threads`: one on the host, as
+    torch.utils.benchmark's ``Timer`` runs): with ``OMP_NUM_THREADS`` unset torch's pool has a thread per core, which
+    spins while another process has the core — on a shared 2-core machine one leg's rounds ran at 658, 81 and 660
+    samples/s, the same transform 0.98 ms on one leg and 94.5 on another. glibc's malloc thresholds: it raises its mmap
+    threshold as a process frees large blocks, so the same code page-faulted a fresh mapping in one window and reused
+    the heap in the next (~1,850 or ~2,300 samples/s from window to window); fixed, every leg runs at one speed.
     """
     before = torch.get_num_threads()
     if accelerator.threads:

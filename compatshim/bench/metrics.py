@@ -10,13 +10,13 @@ legs from them, the judge iterates them, the report and the CLI render them. Imp
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Iterable
 from typing import Any, Optional
 
+from compatshim._placement import Word
 from compatshim._support import DEVICES, Family
 from compatshim.bench import rule
-from compatshim.bench.results import Result
+from compatshim.bench.results import Result, comparable
 from compatshim.bench.rule import Kind, Source
 
 __all__ = [
@@ -88,7 +88,7 @@ PIPELINE_COMPARABLE_BY: tuple[str, ...] = (
 )
 
 
-class Gate(str, enum.Enum):
+class Gate(Word):
     """Where a metric is judged: where the shim patches, where it must patch nothing, everywhere, nowhere."""
 
     AFFECTED = 'affected'
@@ -110,7 +110,7 @@ class Metric:
     title: str = ''
 
     def __post_init__(self) -> None:
-        if self.gate is not Gate.NEVER and not self.kind.sentence():
+        if self.gate is not Gate.NEVER and not self.kind.sentence:
             raise ValueError(f'metric {self.id!r}: a {self.kind.name} is reported, never gated')
 
     def applies(self, result: Result) -> bool:
@@ -152,8 +152,14 @@ METRICS: tuple[Metric, ...] = (
         metric
         for stage, short in (('batch', 'batch'), ('microbatch', 'mb'))
         for metric in (
-            _cost(f'hook share of a step ({stage})', f'hook-{stage}', f'shim-{stage}', rule.HOOK_SHARE, Gate.AFFECTED,
-                  f'hook share ({short})'),
+            _cost(
+                f'hook share of a step ({stage})',
+                f'hook-{stage}',
+                f'shim-{stage}',
+                rule.HOOK_SHARE,
+                Gate.AFFECTED,
+                f'hook share ({short})',
+            ),
             _cost(f'hook path / direct ({stage})', f'hook-{stage}', '', rule.OVERHEAD, Gate.NEVER),
             _cost(f'hook µs/batch ({stage})', f'hook-{stage}', '', rule.FIGURE, Gate.NEVER),
         )
@@ -163,13 +169,20 @@ METRICS: tuple[Metric, ...] = (
     _cost('monitor µs/batch', 'monitor', '', rule.FIGURE, Gate.NEVER),
     # Counts: what crosses on the recipe workload.
     *(
-        Metric(f'bytes per step ({leg})', rule.BYTES, Source(leg, recipe=True), Gate.AFFECTED,
-               title=f'recipe bytes ({short})')
+        Metric(
+            f'bytes per step ({leg})',
+            rule.BYTES,
+            Source(leg, recipe=True),
+            Gate.AFFECTED,
+            title=f'recipe bytes ({short})',
+        )
         for leg, short in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))
     ),
     # Checks, whatever the timings.
     *(
-        Metric(f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe), Gate.ALWAYS)
+        Metric(
+            f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe), Gate.ALWAYS
+        )
         for recipe in (False, True)
         for leg in ('shim-batch', 'shim-microbatch')
     ),
@@ -188,7 +201,12 @@ def metric(metric_id: str) -> Metric:
 #: compatshim's own cost, probe by probe: what it is, its gated share of a step, its path over the direct path, its
 #: µs per batch (the report's table).
 COSTS: tuple[tuple[str, Metric, Metric, Metric], ...] = tuple(
-    (what, metric(f'{path} share of a step{tail}'), metric(f'{path} path / direct{tail}'), metric(f'{path} µs/batch{tail}'))
+    (
+        what,
+        metric(f'{path} share of a step{tail}'),
+        metric(f'{path} path / direct{tail}'),
+        metric(f'{path} µs/batch{tail}'),
+    )
     for what, path, tail in (
         ('hook, stage batch', 'hook', ' (batch)'),
         ('hook, stage microbatch', 'hook', ' (microbatch)'),
@@ -218,18 +236,3 @@ def pipeline_metrics(legs: Iterable[str]) -> tuple[Metric, ...]:
         if leg != 'ceiling':
             out.append(Metric(f'{leg}/ceiling', rule.BESIDE, Source(leg, 'ceiling'), Gate.ALWAYS))
     return tuple(out)
-
-
-def _short(value: Any) -> Any:
-    return value.get('name', value) if isinstance(value, dict) else value
-
-
-def comparable(result: Any, baseline: Any, keys: tuple[str, ...] = COMPARABLE_BY) -> Optional[str]:
-    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did), by the fingerprint
-    ``keys``."""
-    differ = []
-    for key in keys:
-        now, then = result.fingerprint.get(key), baseline.fingerprint.get(key)
-        if now != then:
-            differ.append(f'{key.replace("_", " ")} {_short(then)} in the baseline, {_short(now)} now')
-    return '; '.join(differ) or None

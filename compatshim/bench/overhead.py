@@ -1,24 +1,19 @@
-"""compatshim's own cost per batch: the shim's hook path and the in-run monitor's, each against the direct path.
+"""The probes: compatshim's own cost per batch, the shim's hook path and the in-run monitor's, each against the direct
+path it stands in for.
 
-The timed legs of :mod:`compatshim.bench.engine` cannot resolve a few microseconds inside a step of milliseconds. A
-*probe* calls one of compatshim's paths ``calls`` times, then the direct path it stands in for as many times (or the
-other way round, alternating from sample to sample), on the bench's clock; the reference bench takes a few samples of
-every probe in every round, so that each sample's two times, and the round's step, are measured together:
+A timed window cannot resolve a few microseconds inside a step of milliseconds. A *probe* calls one of compatshim's
+paths ``calls`` times, then the direct path as many times (or the other way round, alternating from sample to sample),
+on the accelerator's clock; the reference bench samples every probe in every round, so each sample and the round's
+step are measured together. Both paths use a small batch and a transform that returns its input:
 
-* ``hook-<stage>``: the DataSpec hooks the shim installs on a real Composer ``DataSpec``, called as the trainer calls
-  them for one batch of one microbatch, inside a loop frame on the trainer's own ``Device`` — the batch-level hook (at
-  stage ``batch``: loop frame lookup, the move through the trainer's device, the transform, the result check), the
-  trainer's own move (a no-op for a batch already on the device), and on 0.27+ the microbatch-level hook (at stage
-  ``microbatch`` the transform runs there, after the move). The direct path is ``transform(move(batch))`` on a plain
-  device of the same type: what 0.24.1 did.
-* ``monitor``: :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state and logger: every event Composer
-  sends a callback in one train step of one microbatch (:data:`STEP_EVENTS`), the transform through the monitor's tap
-  and the move through its byte counter, against the transform and the move alone.
+* ``hook-<stage>``: the hooks the shim installs on a real Composer ``DataSpec``, called as the trainer calls them for
+  one batch of one microbatch inside a loop frame on the trainer's own ``Device`` (the batch-level hook, the trainer's
+  move, and on 0.27+ the microbatch-level hook), against ``transform(move(batch))`` on a plain device: what 0.24.1 did.
+* ``monitor``: :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state and logger, every event Composer
+  sends a callback in one train step (:data:`STEP_EVENTS`), the transform through its tap and the move through its byte
+  counter, against the transform and the move alone.
 
-Both use a small batch and a transform that returns its input, so the difference is compatshim's plumbing only. The
-difference per call, in µs, as a share of the step of the same round is what the gate holds to a limit; the ratio of
-the two times and the µs are reported. :func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted regression of the hook
-path, for checking that the gate catches one).
+:func:`planted_hook_delay` adds a busy-wait to the shim's hooks themselves (a planted regression, to check the gate).
 """
 
 from __future__ import annotations
@@ -40,63 +35,48 @@ __all__ = ['CALLS', 'STEP_EVENTS', 'Probe', 'make_probe', 'planted_hook_delay']
 
 #: Calls per path per sample: the hook path, the monitor's step.
 CALLS = {'hook': 2000, 'monitor': 500}
+#: The events Composer runs for every callback in one train step of one microbatch, in order.
+STEP_EVENTS = tuple(
+    'before_dataloader after_dataloader batch_start before_train_batch before_forward after_forward before_loss '
+    'after_loss before_backward after_backward after_train_batch batch_end batch_checkpoint'.split()
+)
 
 
-class _Same:
-    """The transform of the probes: returns the batch it was given (the shim's check still runs)."""
-
-    def __call__(self, batch: Any) -> Any:
-        return batch
-
-
-def _batch() -> list[torch.Tensor]:
-    return [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))]
+def _same(batch: Any) -> Any:
+    """The probes' transform: returns the batch it was given (the shim's check still runs)."""
+    return batch
 
 
 class Probe:
-    """One of compatshim's paths and the direct path it stands in for, sampled on demand.
-
-    Args:
-        name: Its name (``compatshim.bench.metrics.PROBES``).
-        on: What it runs on: its samples wait for that device at their edges, on the bench's clock for it.
-        calls: Calls of each path per sample.
-        path: One call of compatshim's path.
-        direct: One call of the direct path.
-        frame: Entered around each sample (the hook path runs inside a trainer's loop frame).
-        close: Called once, by :meth:`close`.
-    """
+    """One of compatshim's paths (``path``) and the direct path (``direct``), one call each, sampled on ``on``'s clock,
+    ``calls`` calls of each per sample, inside ``frame`` (the hook path runs in a trainer's loop frame)."""
 
     def __init__(
         self,
         name: str,
         on: Accelerator,
-        calls: int,
         path: Callable[[], Any],
         direct: Callable[[], Any],
         frame: Callable[[], Any] = contextlib.nullcontext,
         close: Optional[Callable[[], None]] = None,
     ) -> None:
-        self.name, self.on, self.calls, self.path, self.direct = name, on, calls, path, direct
-        self._frame, self._close, self._taken = frame, close, 0
+        self.name, self.on, self.path, self.direct, self._frame = name, on, path, direct, frame
+        self.calls, self._close, self._taken = CALLS[name.partition('-')[0]], close, 0
 
     def sample(self) -> tuple[float, float]:
-        """Seconds of ``calls`` calls of the path and of the direct path, back to back (the first of the two alternates
+        """Seconds of ``calls`` calls of the path and of the direct path, back to back (which goes first alternates
         from sample to sample), the collector paused as in a timed window."""
-        first_path = self._taken % 2 == 0
         self._taken += 1
         gc.collect()
         gc.disable()
         try:
             with self._frame():
-                if first_path:
-                    path_s = self._time(self.path)
-                    direct_s = self._time(self.direct)
-                else:
-                    direct_s = self._time(self.direct)
-                    path_s = self._time(self.path)
+                if self._taken % 2:
+                    return self._time(self.path), self._time(self.direct)
+                direct_s = self._time(self.direct)
+                return self._time(self.path), direct_s
         finally:
             gc.enable()
-        return path_s, direct_s
 
     def _time(self, fn: Callable[[], Any]) -> float:
         clock = self.on.clock()
@@ -113,100 +93,62 @@ class Probe:
 
 
 def make_probe(
-    name: str,
-    on: Accelerator,
-    transform: Optional[Callable[[Any], Any]] = None,
-    make_device: Optional[Callable[[], Any]] = None,
+    name: str, on: Accelerator, transform: Callable[[Any], Any] = _same, make_device: Optional[Callable[[], Any]] = None
 ) -> Probe:
-    """The probe called ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``on``, both paths
-    calling ``transform`` (default: one that returns its input), on Composer devices from ``make_device`` (default:
-    Composer's own for ``on``). A hook probe needs the shim enabled when it is made and while it is
-    sampled."""
-    transform = _Same() if transform is None else transform
-    make = make_device or on.composer_device
-    if name == 'monitor':
-        return _monitor_probe(on, make, transform)
-    path, _, stage = name.partition('-')
-    if path != 'hook' or stage not in ('batch', 'microbatch'):
-        raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    return _hook_probe(name, stage, on, make, transform)
-
-
-def _hook_probe(
-    name: str, stage: str, on: Accelerator, make_device: Callable[[], Any], transform: Callable[[Any], Any]
-) -> Probe:
+    """The probe ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``on``, both paths calling
+    ``transform``, on devices from ``make_device`` (default: Composer's own for ``on``). A hook probe needs the shim
+    enabled when it is made and while it is sampled."""
     from composer.core import DataSpec
 
-    from compatshim import _loop_frames
-    from compatshim._transforms import BatchHook
-
-    batch, device, plain = _batch(), make_device(), make_device()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
-    data_spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=stage)
-    names = [n for n in ('batch_transforms', 'device_transforms') if isinstance(getattr(data_spec, n, None), BatchHook)]
-    if not names:
-        raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
-    batch_hook = getattr(data_spec, names[0])
-    microbatch_hook = data_spec.microbatch_transforms if names[0] == 'batch_transforms' else None
-
-    # The trainer's move is looked up on every call, as the trainer does: on 0.25–0.26 at stage microbatch the batch
-    # hook arms the loop frame, which puts the move-then-transform on the device instance (never on ``plain``).
-    # The hook runs before the move is looked up, as in the trainer (arming replaces the device's move).
-    if microbatch_hook is None:
-
-        def path() -> Any:
-            hooked = batch_hook(batch)
-            return device.batch_to_device(hooked)
-    else:
-        mb_hook = microbatch_hook
-
-        def path() -> Any:
-            hooked = batch_hook(batch)
-            return mb_hook(device.batch_to_device(hooked))
+    make = make_device or on.composer_device
+    batch, device, plain = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))], make(), make()
 
     def direct() -> Any:
         return transform(plain.batch_to_device(batch))
 
-    def frame() -> Any:
-        return _loop_frames.loop_frame(device, 'train')
+    if name == 'monitor':
+        return _monitor_probe(on, batch, device, direct, transform)
+    if name not in ('hook-batch', 'hook-microbatch'):
+        raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
+    from compatshim import _loop_frames
+    from compatshim._transforms import BatchHook
 
-    return Probe(name, on, CALLS['hook'], path, direct, frame)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
+    spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
+    hooked = [n for n in ('batch_transforms', 'device_transforms') if isinstance(getattr(spec, n, None), BatchHook)]
+    if not hooked:
+        raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
+    batch_hook = getattr(spec, hooked[0])
+    after = spec.microbatch_transforms if hooked[0] == 'batch_transforms' else _same
+
+    # The hook runs before the trainer's move is looked up, as in the trainer: on 0.25–0.26 at stage microbatch the
+    # batch hook arms the loop frame, which puts the move-then-transform on the device instance (never on ``plain``).
+    def path() -> Any:
+        hooked = batch_hook(batch)
+        return after(device.batch_to_device(hooked))
+
+    return Probe(name, on, path, direct, lambda: _loop_frames.loop_frame(device, 'train'))
 
 
-#: The events Composer runs for every callback in one train step of one microbatch, in order.
-STEP_EVENTS = (
-    'before_dataloader',
-    'after_dataloader',
-    'batch_start',
-    'before_train_batch',
-    'before_forward',
-    'after_forward',
-    'before_loss',
-    'after_loss',
-    'before_backward',
-    'after_backward',
-    'after_train_batch',
-    'batch_end',
-    'batch_checkpoint',
-)
+def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:
+    import inspect
 
-
-def _monitor_probe(on: Accelerator, make_device: Callable[[], Any], transform: Callable[[Any], Any]) -> Probe:
     from composer import Trainer
     from composer.core import DataSpec, Event
     from composer.models import ComposerClassifier
 
     from compatshim.monitor import TransformMonitor
 
-    batch, device, plain = _batch(), make_device(), make_device()
     monitor = TransformMonitor()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
-    argument = _host_transform_argument()
-    data_spec = DataSpec(loader, **{argument: transform})
+    # The argument Composer itself calls at batch level (built with the shim off: Composer's own).
+    parameters = inspect.signature(DataSpec.__init__).parameters
+    argument = 'batch_transforms' if 'batch_transforms' in parameters else 'device_transforms'
+    spec = DataSpec(loader, **{argument: transform})
     model = ComposerClassifier(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), num_classes=10)
     trainer = Trainer(
         model=model,
-        train_dataloader=data_spec,
+        train_dataloader=spec,
         device=device,
         callbacks=[monitor],
         max_duration='1ba',
@@ -214,38 +156,15 @@ def _monitor_probe(on: Accelerator, make_device: Callable[[], Any], transform: C
         log_to_console=False,
     )
     state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
-    state.set_dataloader(data_spec.dataloader, 'train')
+    state.set_dataloader(spec.dataloader, 'train')
     monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
 
     def path() -> Any:  # as Composer calls the batch-level transform: through the DataSpec's attribute (now tapped)
         for event in events:
             monitor.run_event(event, state, logger)
-        return getattr(data_spec, argument)(device.batch_to_device(batch))
+        return getattr(spec, argument)(device.batch_to_device(batch))
 
-    def direct() -> Any:
-        return transform(plain.batch_to_device(batch))
-
-    return Probe('monitor', on, CALLS['monitor'], path, direct, close=trainer.close)
-
-
-def _host_transform_argument() -> str:
-    """The DataSpec argument Composer itself calls at batch level: ``batch_transforms`` (0.27+), else
-    ``device_transforms`` (built with the shim off, Composer's own)."""
-    import inspect
-
-    from composer.core import DataSpec
-
-    return (
-        'batch_transforms'
-        if 'batch_transforms' in inspect.signature(DataSpec.__init__).parameters
-        else 'device_transforms'
-    )
-
-
-def _busy_wait(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    return Probe('monitor', on, path, direct, close=trainer.close)
 
 
 @contextlib.contextmanager
@@ -259,7 +178,9 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
 
     def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
         def __call__(self: Any, batch: Any) -> Any:
-            _busy_wait(microseconds * 1e-6)
+            end = time.perf_counter() + microseconds * 1e-6
+            while time.perf_counter() < end:
+                pass
             return original(self, batch)
 
         return __call__

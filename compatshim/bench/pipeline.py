@@ -21,24 +21,38 @@ import os
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Optional, TextIO, cast
-
-import torch
 
 import compatshim
 from compatshim import _exits
 from compatshim._accelerator import Accelerator, accelerator
 from compatshim._placement import Placement
-from compatshim._support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import engine, metrics, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, Windows, first_line
-from compatshim.bench.results import PIPELINE_DIR, LegStatus, PipelineResult, Store, UnreadableResult, now, quartiles, spread
+from compatshim.bench.results import (
+    PIPELINE_DIR,
+    PipelineResult,
+    Store,
+    UnreadableResult,
+    quartiles,
+    spread,
+)
 
-__all__ = ['Gated', 'Pipeline', 'PipelineError', 'WAIT_LIMIT', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text']
+__all__ = [
+    'Gated',
+    'Pipeline',
+    'PipelineError',
+    'WAIT_LIMIT',
+    'as_pipeline',
+    'compare',
+    'load',
+    'measure',
+    'run',
+    'text',
+]
 
 #: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
 #: plugin advises more dataloader workers above 5%).
@@ -74,7 +88,11 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
         )
     problems = []
     # The fields come from the user's callable (a plain mapping, as often as not): whatever their annotations say.
-    loader, transform, count = cast(Any, made.dataloader), cast(Any, made.transform), cast(Any, made.get_num_samples_in_batch)
+    loader, transform, count = (
+        cast(Any, made.dataloader),
+        cast(Any, made.transform),
+        cast(Any, made.get_num_samples_in_batch),
+    )
     if not hasattr(loader, '__iter__'):
         problems.append(f'dataloader is {type(loader).__name__}, not an iterable of batches')
     if not callable(transform):
@@ -151,41 +169,12 @@ def _comparable_by(name: str, on: Accelerator, size: Size, samples: int, pipelin
 def measure(
     name: str, pipeline: Pipeline, device: str = 'cpu', size: Optional[Size] = None, progress: Optional[TextIO] = None
 ) -> PipelineResult:
-    """Measure every leg of ``pipeline`` on the installed Composer (see the module docstring), torch's threads fixed on
-    the CPU fake accelerator (:func:`compatshim.bench.engine.pinned`). ``size``: default :func:`size_of` ``default``.
-
-    Raises:
-        ValueError: An unknown or absent device, no Composer; :class:`PipelineError`: the pipeline cannot run.
-        RuntimeError: The shim is enabled in this process (the bench turns it on and off per leg).
-    """
-    on = accelerator(device)
-    if on.absent():
-        raise ValueError(f'--device {device}, but {on.absent()}')
-    composer = installed('mosaicml')
-    if composer is None:
-        raise ValueError('Composer (mosaicml) is not installed')
-    if compatshim.status().patches:
-        raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
-    with engine.pinned(on) as fixed:
-        return _measure(name, pipeline, on, size or size_of('default'), progress, composer, fixed)
-
-
-def _measure(
-    name: str,
-    pipeline: Pipeline,
-    on: Accelerator,
-    size: Size,
-    progress: Optional[TextIO],
-    composer: str,
-    fixed: dict[str, Any],
-) -> PipelineResult:
-    started = time.perf_counter()
-
-    def say(message: str) -> None:
-        if progress is not None:
-            print(f'{name}: {message} ({time.perf_counter() - started:.0f} s)', file=progress, flush=True)
-
-    source, timed_device, observed = Source(pipeline.dataloader), on.composer_device(), on.observable_device()
+    """Measure every leg of ``pipeline`` on the installed Composer (see the module docstring) at ``size`` (default:
+    ``default``). ``ValueError`` (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one
+    line; ``RuntimeError``: the shim is enabled in this process."""
+    on, composer = engine.ready(device)
+    size, started, say = size or size_of('default'), time.perf_counter(), engine.progress(name, progress)
+    source, timed_device = Source(pipeline.dataloader), on.composer_device()
     try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
         batches = [source.next() for _ in range(size.steps)]
         ceiling = []
@@ -200,47 +189,22 @@ def _measure(
         raise
     except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
         raise _raised(name, exc) from None
-    seen_ceiling = [observed.batch_to_device(batch) for batch in ceiling]
+    observed = [on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
+
+    def loader(leg: Any, steps: int, check: bool) -> Windows:
+        if leg.argument is None:
+            return Windows(None, steps, observed if check else ceiling)
+        return Windows(source, steps)
+
     names = list(metrics.LEGS)
-    with warnings.catch_warnings():  # what the monitor would warn of, the bench reports per leg
-        warnings.simplefilter('ignore', compatshim.CompatShimWarning)
-        warnings.filterwarnings('ignore', message='.*device_train_microbatch_size.*')
-        checked = engine.check(
-            pipeline,
-            names,
-            on,
-            lambda leg: Windows(None, CHECK_STEPS, seen_ceiling[:CHECK_STEPS]) if leg.argument is None else Windows(source, CHECK_STEPS),
-            samples,
-        )
-        if not checked['ceiling'].available:
-            raise PipelineError(
-                'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
-                f'{checked["ceiling"].reason}'
-            )
-        timed = [n for n in names if checked[n].available]
-        made = engine.runs(
-            pipeline,
-            timed,
-            on,
-            lambda leg: Windows(None, size.steps, ceiling) if leg.argument is None else Windows(source, size.steps),
-            samples,
-        )
-        say(f'{len(made)} legs built; {size.rounds} rounds of {size.steps} steps after a warm-up round')
-        engine.time(made, [(n, 'ceiling') for n in timed if n != 'ceiling'], on, size.rounds, say)
-    legs = {}
-    for leg in names:
-        run = made.get(leg)
-        if run is not None and run.failed:
-            legs[leg] = dataclasses.replace(checked[leg], status=LegStatus.FAILED, reason=run.failed)
-        else:
-            legs[leg] = checked[leg] if run is None else run.timings(checked[leg])
+    pairs = [(leg, 'ceiling') for leg in names if leg != 'ceiling']
+    with engine.pinned(on) as fixed:
+        try:
+            legs = engine.measure(pipeline, names, on, size, samples, loader, pairs, lambda leg: True, say)
+        except ValueError as exc:
+            raise PipelineError(str(exc)) from None
     result = PipelineResult(
-        composer=composer,
-        torch=torch.__version__,
-        device=on.name,
-        family=getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        fingerprint=engine.fingerprint(on, size, fixed, **_comparable_by(name, on, size, samples, pipeline)),
-        measured_at=now(),
+        **engine.common(on, composer, size, fixed, **_comparable_by(name, on, size, samples, pipeline)),
         legs=legs,
         elapsed_s=time.perf_counter() - started,
         pipeline=name,
@@ -250,14 +214,18 @@ def _measure(
     return result
 
 
-def refuse_unlike(name: str, pipeline: Pipeline, baseline: PipelineResult, baseline_name: str, device: str, size: Size) -> None:
+def refuse_unlike(
+    name: str, pipeline: Pipeline, baseline: PipelineResult, baseline_name: str, device: str, size: Size
+) -> None:
     """Refuse, before anything is measured, a baseline that cannot be compared with the run asked for: another
     pipeline, size, device, samples per step or microbatch size (one batch of the dataloader is read to count)."""
     try:
         samples = engine.samples_in(pipeline, next(iter(pipeline.dataloader)))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
         raise _raised(name, exc) from None
-    planned = PipelineResult('', '', device, '', _comparable_by(name, accelerator(device), size, samples, pipeline), '', {})
+    planned = PipelineResult(
+        '', '', device, '', _comparable_by(name, accelerator(device), size, samples, pipeline), '', {}
+    )
     unlike = metrics.comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         raise PipelineError(
@@ -314,8 +282,7 @@ def _faster(factor: float, other: str) -> str:
 def verdicts(result: PipelineResult) -> list[str]:
     """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound: each a
     factor of the table's own figures with its spread, or "cannot tell" where the rounds cannot support one."""
-    out = []
-    legs = result.legs
+    out, legs = [], result.legs
     unpatched, shim, mb = legs['unpatched'], legs['shim-batch'], legs['shim-microbatch']
     if not unpatched.available:
         out.append(f'unpatched cannot run here: {unpatched.reason}')
@@ -334,38 +301,58 @@ def verdicts(result: PipelineResult) -> list[str]:
         )
         return out
 
-    def timed(slow: str, fast: str, about: str, say: Callable[[float, str], str]) -> None:
-        factor, why = _factor(result, slow, fast)
+    ran = {name for name, leg in legs.items() if leg.available}
+    best = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in ran), '')
+    waits = legs[best].wait_share if best else None
+    if waits is not None:
+        bound = 'yes' if waits > WAIT_LIMIT else 'no'
+        out.append(f'input-bound: {bound} — {waits:.0%} of a {best} step waits for data (threshold {WAIT_LIMIT:.0%})')
+    # (slow leg, fast leg, when, what it is about, the verdict for a factor and its spread)
+    factors: list[tuple[str, str, bool, str, Callable[[float, str], str]]] = [
+        (
+            'unpatched',
+            'shim-batch',
+            result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED,
+            'the shim against unpatched',
+            lambda f, why: (
+                f'the shim: a step {_faster(f, "unpatched")} on this release (unpatched: {unpatched.placement}; {why})'
+            ),
+        ),
+        (
+            'native-batch',
+            'shim-batch',
+            {'native-batch', 'shim-batch'} <= ran,
+            'the shim against batch_transforms',
+            lambda f, why: (
+                'against the workaround batch_transforms=fn (host), the shim: a step '
+                f'{_faster(f, "the workaround")} ({why})'
+            ),
+        ),
+        (
+            'shim-microbatch',
+            'shim-batch',
+            {'shim-microbatch', 'shim-batch'} <= ran,
+            'stage batch vs microbatch',
+            lambda f, why: (
+                f'stage batch vs microbatch: stage batch is {_faster(f, "stage microbatch")} ({why}); '
+                f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
+                'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'
+            ),
+        ),
+        (
+            best,
+            'ceiling',
+            waits is not None,
+            'data for free (the ceiling leg)',
+            lambda f, why: f'with data for free (the ceiling leg) a step would be {_faster(f, best)} ({why})',
+        ),
+    ]
+    for slow, fast, when, about, say in factors:
+        factor, why = _factor(result, slow, fast) if when else (None, '')
         if factor is not None:
             out.append(say(factor, why))
         elif why:
             out.append(f'{about}: cannot tell — {why}')
-
-    if result.affected and unpatched.available and unpatched.placement is not Placement.NEVER_CALLED:
-        timed('unpatched', 'shim-batch', 'the shim against unpatched', lambda f, why: (
-            f'the shim: a step {_faster(f, "unpatched")} on this release (unpatched: {unpatched.placement}; {why})'
-        ))
-    if shim.available and legs['native-batch'].available:
-        timed('native-batch', 'shim-batch', 'the shim against batch_transforms', lambda f, why: (
-            f'against the workaround batch_transforms=fn (host), the shim: a step {_faster(f, "the workaround")} ({why})'
-        ))
-    if shim.available and mb.available:
-        timed('shim-microbatch', 'shim-batch', 'stage batch vs microbatch', lambda f, why: (
-            f'stage batch vs microbatch: stage batch is {_faster(f, "stage microbatch")} ({why}); '
-            f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-            'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'
-        ))
-    best_name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if legs[n].available), '')
-    best = legs.get(best_name)
-    if best is not None and best.wait_share is not None:
-        bound = best.wait_share > WAIT_LIMIT
-        out.append(
-            f'input-bound: {"yes" if bound else "no"} — {best.wait_share:.0%} of a {best_name} step waits for data '
-            f'(threshold {WAIT_LIMIT:.0%})'
-        )
-        timed(best_name, 'ceiling', 'data for free (the ceiling leg)', lambda f, why: (
-            f'with data for free (the ceiling leg) a step would be {_faster(f, best_name)} ({why})'
-        ))
     return out
 
 
@@ -472,9 +459,13 @@ def run(
         try:
             baseline = store.load(compare_to)
         except UnreadableResult as exc:
-            raise ValueError(f'{store.path(compare_to).as_posix()} cannot be used: {exc}; save it again with --save {compare_to}') from None
+            raise ValueError(
+                f'{store.path(compare_to).as_posix()} cannot be used: {exc}; save it again with --save {compare_to}'
+            ) from None
         if baseline is None:
-            raise ValueError(f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}')
+            raise ValueError(
+                f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}'
+            )
     if isinstance(pipeline, str):
         name, made = name or pipeline, load(pipeline)
     else:

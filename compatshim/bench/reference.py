@@ -10,17 +10,17 @@ samples on the same clock, so that what each costs is set against the step of th
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Optional, TextIO
 
 import torch
 
 import compatshim
-from compatshim._accelerator import Accelerator, accelerator
-from compatshim._support import TESTED_RELEASES, UNAFFECTED_FAMILY, family_of, installed
+from compatshim._accelerator import Accelerator
+from compatshim._support import TESTED_RELEASES, family_of, installed
 from compatshim.bench import engine, overhead, workload
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Source, Windows
 from compatshim.bench.metrics import METRICS, PROBES, REFERENCE_LEGS, pairs
-from compatshim.bench.results import BenchResult, Overheads, now
+from compatshim.bench.results import BenchResult, Overheads
 
 __all__ = ['PROBE_SAMPLES', 'SIZE_NAMES', 'env_name', 'measure']
 
@@ -67,99 +67,62 @@ def measure(
     plant_hook_us: float = 0.0,
     progress: Optional[TextIO] = None,
 ) -> BenchResult:
-    """Measure every leg of this release (the reference harness, docs/harness.md).
-
-    Args:
-        device: ``cpu`` (the fake accelerator), ``cuda`` or ``mps``.
-        size_name: One of :data:`SIZE_NAMES`.
-        plant_slowdown: Make the transform this fraction slower in the shim legs (a planted regression). 0 to measure.
-        plant_hook_us: Make every call of the shim's hooks this many µs slower (a planted regression). 0 to measure.
-        progress: Where to print progress lines (``None``: silent).
-    """
+    """Measure every leg of this release (the reference harness, docs/harness.md) on ``device`` at ``size_name`` (one
+    of :data:`SIZE_NAMES`). ``plant_slowdown``: the shim legs' transform made this fraction slower; ``plant_hook_us``:
+    every call of the shim's hooks this many µs slower (planted regressions, to check the gate; 0 to measure).
+    ``progress``: where to print progress lines."""
     if size_name not in SIZE_NAMES:
-        raise ValueError(f'compatshim bench: unknown size {size_name!r}; choose one of {", ".join(SIZE_NAMES)}')
-    try:
-        on = accelerator(device)
-    except ValueError as exc:
-        raise ValueError(f'compatshim bench: {exc}') from None
-    if on.absent():
-        raise RuntimeError(f'compatshim bench: --device {device}, but {on.absent()}')
+        raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(SIZE_NAMES)}')
     if not 0.0 <= plant_slowdown <= 10.0:
-        raise ValueError(f'compatshim bench: plant_slowdown must be between 0 and 10, got {plant_slowdown}')
+        raise ValueError(f'plant_slowdown must be between 0 and 10, got {plant_slowdown}')
     if not 0.0 <= plant_hook_us <= 100_000:
-        raise ValueError(f'compatshim bench: plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
-    composer = installed('mosaicml')
-    if composer is None:
-        raise compatshim.ComposerNotInstalledError('compatshim bench needs Composer (pip install mosaicml)')
-    if compatshim.status().patches:
-        raise RuntimeError('compatshim bench: disable the shim first; the bench turns it on and off per leg')
-    with engine.pinned(on) as fixed:
-        return _measure(on, size_name, composer, fixed, plant_slowdown, plant_hook_us, progress)
-
-
-def _measure(
-    on: Accelerator,
-    size_name: str,
-    composer: str,
-    fixed: dict[str, Any],
-    plant_slowdown: float,
-    plant_hook_us: float,
-    progress: Optional[TextIO],
-) -> BenchResult:
+        raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
+    on, composer = engine.ready(device)
     size, env, started = SIZES[size_name], env_name(on.name), time.perf_counter()
-
-    def say(message: str) -> None:
-        if progress is not None:
-            print(f'{env}: {message} ({time.perf_counter() - started:.0f} s)', file=progress, flush=True)
-
-    augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
+    say = engine.progress(env, progress)
     compatshim.enable()
     patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
     compatshim.disable()
-    names, affected = list(REFERENCE_LEGS), family_of(composer) is not None
-    overheads = {name: Overheads(overhead.CALLS[name.partition('-')[0]]) for name in PROBES}
-    try:
-        with overhead.planted_hook_delay(plant_hook_us):
-            timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
-            checked = engine.check(augment, names, on, lambda leg: Windows(timed_source, CHECK_STEPS), size.batch)
-            recipe_legs = engine.check(recipe, names, on, lambda leg: Windows(recipe_source, CHECK_STEPS), size.batch)
-            say('placement and bytes checked')
-            timed = [n for n in names if checked[n].available and checked[n].calls_per_step]
-            transform: Callable[[Any], Any] = augment.transform
-            planted = _Planted(transform, plant_slowdown, on) if plant_slowdown else transform
-            made = engine.runs(
-                augment,
-                timed,
-                on,
-                lambda leg: Windows(timed_source, size.steps),
-                size.batch,
-                transform=lambda leg: planted if leg.stage else transform,
-            )
-            probes = _probes(on, affected)
+    names, overheads = (
+        list(REFERENCE_LEGS),
+        {name: Overheads(overhead.CALLS[name.partition('-')[0]]) for name in PROBES},
+    )
+    with engine.pinned(on) as fixed, overhead.planted_hook_delay(plant_hook_us):
+        augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
+        timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
+        recipe_legs = engine.check(recipe, names, on, lambda leg: Windows(recipe_source, CHECK_STEPS), size.batch)
+        planted = _Planted(augment.transform, plant_slowdown, on) if plant_slowdown else augment.transform
+        probes = _probes(on, family_of(composer) is not None)
 
-            def sample(round_: int) -> None:
-                for _ in range(PROBE_SAMPLES):
-                    for probe in probes:
-                        path_s, direct_s = probe.sample()
-                        if round_:
-                            found = overheads[probe.name]
-                            found.path_s.append(path_s), found.direct_s.append(direct_s), found.rounds.append(round_)
-
-            try:
-                engine.time(made, pairs(METRICS), on, size.rounds, say, sample)
-            finally:
+        def sample(round_: int) -> None:
+            for _ in range(PROBE_SAMPLES):
                 for probe in probes:
-                    probe.close()
-    finally:
-        compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
+                    path_s, direct_s = probe.sample()
+                    if round_:
+                        found = overheads[probe.name]
+                        found.path_s.append(path_s), found.direct_s.append(direct_s), found.rounds.append(round_)
+
+        try:
+            legs = engine.measure(
+                augment,
+                names,
+                on,
+                size,
+                size.batch,
+                lambda leg, steps, observed: Windows(timed_source, steps),
+                pairs(METRICS),
+                lambda leg: leg.calls_per_step > 0,  # a leg that never calls the transform does other work
+                say,
+                lambda leg: planted if leg.stage else augment.transform,
+                sample,
+            )
+        finally:
+            compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
+            for probe in probes:
+                probe.close()
     return BenchResult(
-        composer=composer,
-        torch=torch.__version__,
-        device=on.name,
-        family=getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        fingerprint=engine.fingerprint(on, size, fixed),
-        measured_at=now(),
-        legs={n: made[n].timings(checked[n]) if n in made else checked[n] for n in names},
+        **engine.common(on, composer, size, fixed),
+        legs=legs,
         elapsed_s=time.perf_counter() - started,
         env=env,
         recipe=recipe_legs,

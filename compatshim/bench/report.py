@@ -139,8 +139,8 @@ def markdown(judged: list[Judged], device: str) -> str:
         '',
         "Each probe calls a path of compatshim's and then the direct path it stands in for (the move and the transform "
         'alone), alternating, in every round (`compatshim/bench/overhead.py`). Gated: its µs per batch as a share of a '
-        f'step of the same round, against a stated limit (a regression: {rule.HOOK_SHARE.sentence()}; '
-        f'{rule.MONITOR_SHARE.sentence()}). Reported: the path over the direct path (×; unlike work, which another '
+        f'step of the same round, against a stated limit (a regression: {rule.HOOK_SHARE.sentence}; '
+        f'{rule.MONITOR_SHARE.sentence}). Reported: the path over the direct path (×; unlike work, which another '
         'processor moves) and the µs per batch beyond the direct path (an absolute time).',
         '',
         '| env | ' + ' | '.join(f'{name}: share | × | µs' for name, _, _, _ in COSTS) + ' |',

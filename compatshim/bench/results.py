@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import enum
 import json
 import os
 import re
@@ -21,29 +20,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
-from compatshim._placement import Placement
+from compatshim._placement import Placement, Word
 from compatshim._support import UNAFFECTED_FAMILY
 
-__all__ = [
-    'SCHEMA',
-    'BaselineExistsError',
-    'BenchResult',
-    'Coherence',
-    'LegResult',
-    'LegStatus',
-    'Overheads',
-    'PIPELINE_DIR',
-    'PipelineResult',
-    'Result',
-    'Store',
-    'UnreadableResult',
-    'baseline_for',
-    'gather',
-    'now',
-    'quartiles',
-    'record_baseline',
-    'spread',
-]
+__all__ = ['SCHEMA', 'BenchResult', 'LegResult', 'PipelineResult', 'Result', 'Store', 'gather', 'spread']
 
 #: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
 #: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.
@@ -71,7 +51,7 @@ class UnreadableResult(ValueError):
     """A stored result that is not one this compatshim reads (another kind, another schema): the message says which."""
 
 
-class LegStatus(str, enum.Enum):
+class LegStatus(Word):
     """Whether a leg ran on this release, and if not, why."""
 
     RAN = 'ran'
@@ -82,20 +62,14 @@ class LegStatus(str, enum.Enum):
     #: The run raised (the model failed on what it was given).
     FAILED = 'fails'
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Coherence(str, enum.Enum):
+class Coherence(Word):
     """Batch coherence as calls per step show it: one call per step keeps every batch-level draw shared."""
 
     COHERENT = 'coherent'
     PER_MICROBATCH = 'per microbatch'
     NEVER_CALLED = 'never called'
     NO_TRANSFORM = 'no transform'
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass
@@ -182,10 +156,9 @@ class Result:
     def affected(self) -> bool:
         return self.family != UNAFFECTED_FAMILY
 
-    @property
-    def name(self) -> str:
-        """What judgement lines name it by (the env, or the pipeline)."""
-        raise NotImplementedError
+    def legs_of(self, recipe: bool = False) -> dict[str, LegResult]:
+        """The legs of the timed pipeline, or of the reference's recipe workload (none in other runs)."""
+        return {} if recipe else self.legs
 
     def probe(self, name: str) -> Optional[Overheads]:
         """An overhead probe's samples (``None``: not measured in this kind of run)."""
@@ -231,9 +204,8 @@ class BenchResult(Result):
     kind: ClassVar[str] = 'bench'
     command: ClassVar[str] = 'compatshim bench'
 
-    @property
-    def name(self) -> str:
-        return self.env
+    def legs_of(self, recipe: bool = False) -> dict[str, LegResult]:
+        return self.recipe if recipe else self.legs
 
     def probe(self, name: str) -> Optional[Overheads]:
         return self.overheads.get(name)
@@ -270,10 +242,6 @@ class PipelineResult(Result):
     kind: ClassVar[str] = 'pipeline'
     command: ClassVar[str] = 'compatshim bench --pipeline'
 
-    @property
-    def name(self) -> str:
-        return self.pipeline
-
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """The keys of ``data`` that ``cls`` has fields for (a stored result may hold fields since retired)."""
@@ -283,6 +251,21 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+
+
+def _short(value: Any) -> Any:
+    return value.get('name', value) if isinstance(value, dict) else value
+
+
+def comparable(result: Any, baseline: Any, keys: tuple[str, ...]) -> Optional[str]:
+    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did), by the fingerprint
+    ``keys``."""
+    differ = []
+    for key in keys:
+        now, then = result.fingerprint.get(key), baseline.fingerprint.get(key)
+        if now != then:
+            differ.append(f'{key.replace("_", " ")} {_short(then)} in the baseline, {_short(now)} now')
+    return '; '.join(differ) or None
 
 
 class BaselineExistsError(FileExistsError):
@@ -349,7 +332,9 @@ def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}') from exc
+                raise ValueError(
+                    f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}'
+                ) from exc
     return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0])))
 
 

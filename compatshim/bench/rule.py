@@ -1,63 +1,45 @@
-"""The comparison rule: the kinds of metric, each with how it reads its samples, its minimum effect or limit, and its
-test; and the judge, which applies them to a result and its baseline.
+"""The comparison rule: the kinds of metric (how each reads its samples, its minimum effect or limit, its test), and
+the judge that applies them to a result and its baseline.
 
-Only what another machine cannot move is gated: counts (bytes, calls, placement) exactly; same-run ratios of *like*
-work (two legs doing the same work by different routes, back to back in the same rounds); and compatshim's own cost
-as a share of a step held to a stated limit (the product's promise), set far above what any machine measured. Ratios
-of unlike work (a path of compatshim's over the direct path) and absolute times are figures: reported, never judged.
-The one exception is the pipeline bench's leg against its ceiling, which judges a user's pipeline against the
-baseline the user saved on their own runner. :data:`RULE` states the whole rule in one paragraph; the report and the
-docs quote it.
+Only what another machine cannot move is gated: counts exactly; same-run ratios of *like* work (two legs doing the
+same work by different routes, back to back in the same rounds); compatshim's own cost as a share of a step, held to
+a stated limit. Ratios of unlike work and absolute times are reported, never judged — except a pipeline leg against
+its ceiling, which judges a user's pipeline against the baseline the user saved on their own runner. :data:`RULE`
+states it in one paragraph; the report and the docs quote it.
 
-Why two numbers, as asv compare does (a factor and a rank test): the rank test is what makes a gate quiet on a shared
-machine — a run of noisy rounds can look far off and mean nothing, and the test says so; the minimum effect is what
-makes it quiet on a calm one — two sessions of unchanged code differ, significantly, by a little. The p-value is the
-normal approximation of the U statistic with tie and continuity corrections, not scipy's exact distribution: it is
-conservative at these sizes (3 rounds a side can never reach :data:`ALPHA`, so ``--quick`` never gates a timing), it
-handles ties, and the minimum effect, not the test, decides every case the recorded data holds. Imports nothing heavy.
+Two numbers, as asv compare has (a factor and a rank test): the rank test keeps a gate quiet on a shared machine (a
+run of noisy rounds can look far off and mean nothing), the minimum effect keeps it quiet on a calm one (two sessions
+of unchanged code differ, significantly, by a little). The p-value is the normal approximation of the U statistic with
+the tie and continuity corrections, not scipy's exact distribution: it is conservative at these sizes (3 rounds a side
+can never reach :data:`ALPHA`, so ``--quick`` never gates a timing), handles the ties that exact tables do not, needs
+no dependency, and on every recorded case the minimum effect, not the test, decides. Imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import statistics
+from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim._placement import Placement
-from compatshim.bench.results import LegResult, Overheads, Result, spread
+from compatshim._placement import Placement, Word
+from compatshim.bench.results import LegResult, Overheads, Result, comparable, spread
 
-__all__ = [
-    'ALPHA',
-    'RULE',
-    'Exact',
-    'Judgement',
-    'Kind',
-    'Outcome',
-    'Ratio',
-    'Share',
-    'Source',
-    'judge',
-    'mann_whitney_p',
-    'worst',
-]
+__all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'Source', 'judge', 'mann_whitney_p', 'worst']
 
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
 ALPHA = 0.01
 
 
-class Outcome(str, enum.Enum):
-    """The outcome of a metric; :meth:`worst` orders them worst first."""
+class Outcome(Word):
+    """The outcome of a metric, worst first."""
 
     REGRESSION = 'regression'
     NOT_COMPARABLE = 'not comparable'
     INCONCLUSIVE = 'inconclusive'
     IMPROVED = 'improved'
     OK = 'ok'
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,10 +53,10 @@ class Judgement:
     current: Optional[float] = None
     threshold: str = ''  # e.g. '-10%', 'exact', '≤ 1%'
     p: Optional[float] = None
-    unit: str = ''  # what follows a number in :meth:`line` ('×', '%', ' bytes/step')
+    unit: str = ''  # what follows a number ('×', '%', ' bytes/step')
 
     def line(self, name: str) -> str:
-        """One line that names the env (or pipeline), the metric, the baseline, the current value and the threshold."""
+        """One line naming the env (or pipeline), the metric, the baseline, the current value and the threshold."""
         numbers = ''
         if self.current is not None:
             before = '' if self.baseline is None else f'baseline {_fmt(self.baseline)}{self.unit}, '
@@ -90,8 +72,7 @@ def _fmt(value: float) -> str:
 
 
 def mann_whitney_p(lower: list[float], higher: list[float]) -> float:
-    """One-sided Mann-Whitney U test: the p-value for "``lower`` tends to be smaller than ``higher``" (normal
-    approximation with the tie and continuity corrections)."""
+    """One-sided Mann-Whitney U test: the p-value for "``lower`` tends to be smaller than ``higher``"."""
     n1, n2 = len(lower), len(higher)
     pooled = sorted([(value, 0) for value in lower] + [(value, 1) for value in higher])
     rank_sum, ties, i = 0.0, 0.0, 0
@@ -110,7 +91,7 @@ def mann_whitney_p(lower: list[float], higher: list[float]) -> float:
     return 0.5 * math.erfc(-((u - n1 * n2 / 2 + 0.5) / math.sqrt(variance)) / math.sqrt(2))
 
 
-def worst(judgements: list[Judgement]) -> Outcome:
+def worst(judgements: Iterable[Judgement]) -> Outcome:
     """The worst outcome of ``judgements`` (ok for none)."""
     order = list(Outcome)
     return min((j.outcome for j in judgements), key=order.index, default=Outcome.OK)
@@ -118,8 +99,8 @@ def worst(judgements: list[Judgement]) -> Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where a metric's numbers are, as typed fields: a leg (of the recipe workload with ``recipe``), its partner in
-    a same-run ratio, an overhead probe."""
+    """Where a metric's numbers are: a leg (of the recipe workload with ``recipe``), its partner in a same-run ratio,
+    an overhead probe."""
 
     leg: str = ''
     partner: str = ''
@@ -127,69 +108,45 @@ class Source:
     recipe: bool = False
 
     def leg_of(self, result: Result) -> Optional[LegResult]:
-        legs = getattr(result, 'recipe', {}) if self.recipe else result.legs
-        return legs.get(self.leg)
+        return result.legs_of(self.recipe).get(self.leg)
 
     def probe_of(self, result: Result) -> Optional[Overheads]:
         return result.probe(self.probe)
 
 
 class Kind:
-    """What a metric is: how it reads its samples from a result, how it is judged, how it is shown.
+    """What a metric is: how it reads its samples from a result (:meth:`read`), judges them (against a baseline, or
+    alone: ``against_baseline``), quotes (:meth:`central`) and shows them; ``sentence`` is its part of :data:`RULE`
+    (``''``: reported, never judged) and ``holds`` says what can move it; ``min_effect`` and ``sizes`` (the workload
+    sizes it is judged at; ``None``: all) where it has them; ``paired``: the engine runs its two legs back to back."""
 
-    Attributes:
-        name: The kind's name in the docs.
-        unit: What follows its numbers.
-        against_baseline: Judged against a baseline (``False``: on the result alone: a check, a limit).
-        min_effect: The relative change that can be a regression (``None``: not a relative comparison).
-        sizes: The workload sizes it is judged at (``None``: every size).
-    """
-
-    name = ''
-    unit = ''
-    against_baseline = True
+    name, unit, digits, sentence, holds = '', '', '.3f', '', ''
+    against_baseline, paired = True, False
     min_effect: Optional[float] = None
     sizes: Optional[tuple[str, ...]] = None
-    digits = '.3f'
-    #: Its samples pair a leg with a partner run back to back (the engine schedules them so).
-    paired = False
-
-    def sentence(self) -> str:
-        """Its part of :data:`RULE` (empty: never judged)."""
-        return ''
 
     def read(self, source: Source, result: Result) -> list[Any]:
-        """The metric's samples in ``result`` (empty: not measured there)."""
         raise NotImplementedError
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         raise NotImplementedError(f'{self.name}: reported, never judged')
 
     def central(self, samples: list[Any]) -> Optional[float]:
-        """The one number a judgement quotes (the median)."""
         return float(statistics.median(samples)) if samples else None
 
     def show(self, samples: list[Any]) -> str:
-        """The samples in a report cell: median ± IQR."""
         return spread(samples, self.digits)
 
 
 class Ratio(Kind):
-    """A leg's throughput over its partner's, one sample per round: the partner's window beside the leg's over the
-    leg's. Judged by the relative change of its median against the baseline's and a one-sided rank test. Higher is
-    better.
+    """A leg's throughput over its partner's, one sample per round (the partner's window beside the leg's over the
+    leg's), judged by the change of its median against the baseline's and a one-sided rank test; higher is better."""
 
-    Args:
-        min_effect: The fall that can be a regression.
-        what: The ratio, in the rule's sentence.
-    """
+    name, unit, paired = 'same-run ratio', '×', True
 
-    name = 'same-run ratio'
-    unit = '×'
-    paired = True
-
-    def __init__(self, min_effect: float, what: str) -> None:
-        self.min_effect, self.what = min_effect, what
+    def __init__(self, min_effect: float, what: str, holds: str) -> None:
+        self.min_effect, self.holds = min_effect, holds
+        self.sentence = f'{what} that falls by more than {min_effect:.0%}'
 
     def read(self, source: Source, result: Result) -> list[Any]:
         leg = source.leg_of(result)
@@ -202,9 +159,9 @@ class Ratio(Kind):
         new, old = statistics.median(now), statistics.median(before)
         change = new / old - 1
         threshold, shift = f'-{self.min_effect:.0%}', f'{change:+.1%}'
-        p = mann_whitney_p(before, now) if change > 0 else mann_whitney_p(now, before)
         if abs(change) <= self.min_effect:
             return Judgement(metric, Outcome.OK, f'{shift}, within the minimum effect', old, new, threshold, None, '×')
+        p = mann_whitney_p(before, now) if change > 0 else mann_whitney_p(now, before)
         if p >= ALPHA:
             outcome, reason = Outcome.INCONCLUSIVE, f'{shift}, but the samples do not support it'
         elif change < 0:
@@ -213,98 +170,59 @@ class Ratio(Kind):
             outcome, reason = Outcome.IMPROVED, f'{shift}: the baseline is stale, re-record it'
         return Judgement(metric, outcome, reason, old, new, threshold, p, '×')
 
-    def sentence(self) -> str:
-        return f'{self.what} that falls by more than {self.min_effect:.0%}'
 
+class Reported(Kind):
+    """A figure of an overhead probe, reported and never judged: ``figure(path_s, direct_s, calls)`` per sample."""
 
-class Overhead(Kind):
-    """Time of a path of compatshim's (the shim's hooks, the monitor's events) over the direct path it stands in for,
-    alternated in the same samples: reported, never judged. The two sides are unlike work (compatshim's Python
-    bookkeeping over the direct path's tensor calls), so a processor whose interpreter is slower against its vector
-    units moves it: on a second 2-core machine reporting the same CPU model the monitor's rose from 9.3-10.1x to
-    11.0-13.6x on unchanged code. What is gated of compatshim's cost is its share of a step (:class:`Share`)."""
-
-    name = 'overhead ratio'
-    unit = '×'
+    def __init__(self, name: str, unit: str, digits: str, figure: Callable[[float, float, int], float]) -> None:
+        self.name, self.unit, self.digits, self._figure = name, unit, digits, figure
 
     def read(self, source: Source, result: Result) -> list[Any]:
         found = source.probe_of(result)
-        return [] if found is None else [p / d for p, d in zip(found.path_s, found.direct_s)]
-
-
-class Figure(Kind):
-    """Microseconds per batch a path of compatshim's adds beyond the direct path: an absolute time, reported."""
-
-    name = 'figure'
-    unit = ' µs/batch'
-    digits = '.1f'
-
-    def read(self, source: Source, result: Result) -> list[Any]:
-        found = source.probe_of(result)
-        return [] if found is None else [(p - d) / found.calls * 1e6 for p, d in zip(found.path_s, found.direct_s)]
+        return [] if found is None else [self._figure(p, d, found.calls) for p, d in zip(found.path_s, found.direct_s)]
 
 
 class Share(Kind):
-    """A path of compatshim's (the source's probe) as a share of a step of a leg, in percent, one sample per round:
-    the path's µs per batch in that round over the leg's step in the same round. Judged against a fixed limit, not a
-    baseline: the limit is the product's promise, set far above what any machine measured and below what a real
-    regression costs.
+    """A path of compatshim's (the source's probe) as a share of a step of a leg, in percent, one sample per round
+    (its µs per batch in that round over the leg's step of the same round), held to a fixed limit: the product's
+    promise, far above what any machine measured and below what a real regression costs."""
 
-    Args:
-        what: The path, in the rule's sentence.
-        limit: The most it may cost, in percent of a step.
-        sizes: The workload sizes it is judged at (the limit is stated for a step of the real workload).
-    """
-
-    name = 'share of a step'
-    unit = '%'
-    against_baseline = False
+    name, unit, against_baseline = 'share of a step', '%', False
 
     def __init__(self, what: str, limit: float, sizes: tuple[str, ...]) -> None:
-        self.what, self.limit, self.sizes = what, limit, sizes
+        self.limit, self.sizes = limit, sizes
+        self.sentence = f'{what} above {limit:g}% of a step of the same round (at the {" and ".join(sizes)} size'
+        self.sentence += 's)' if len(sizes) > 1 else ')'
+        self.holds = 'a limit, not a baseline: measured far below it on every machine, quiet and loaded'
 
     def read(self, source: Source, result: Result) -> list[Any]:
         found, leg = source.probe_of(result), source.leg_of(result)
         if found is None or leg is None or not leg.round_s:
             return []
-        steps = float(result.fingerprint['size']['steps'])
-        samples = list(zip(found.path_s, found.direct_s, found.rounds))
-        out = []
-        for round_, window_s in enumerate(leg.round_s, start=1):
-            extra = [(p - d) / found.calls for p, d, r in samples if r == round_]
-            if extra:
-                out.append(100 * statistics.mean(extra) / (window_s / steps))
-        return out
+        step_s = [window / float(result.fingerprint['size']['steps']) for window in leg.round_s]
+        extra = [[(p - d) / found.calls for p, d, r in zip(found.path_s, found.direct_s, found.rounds) if r == n]
+                 for n in range(1, len(step_s) + 1)]  # fmt: skip
+        return [100 * statistics.mean(us) / step for us, step in zip(extra, step_s) if us]
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         share = statistics.median(now)
-        over = share > self.limit
-        outcome, reason = (Outcome.REGRESSION, 'over the limit') if over else (Outcome.OK, 'within the limit')
+        outcome, reason = (
+            (Outcome.REGRESSION, 'over the limit') if share > self.limit else (Outcome.OK, 'within the limit')
+        )
         return Judgement(metric, outcome, reason, None, share, f'≤ {self.limit:g}%', None, '%')
 
     def show(self, samples: list[Any]) -> str:
         return f'{statistics.median(samples):.3f}%' if samples else '—'
 
-    def sentence(self) -> str:
-        sizes = ' and '.join(self.sizes or ())
-        plural = 's' if len(self.sizes or ()) > 1 else ''
-        return f'{self.what} above {self.limit:g}% of a step of the same round (at the {sizes} size{plural})'
-
 
 class Exact(Kind):
-    """A fact of a leg that must be exactly as before: any change is a regression, except one ``improves`` calls an
-    improvement (the baseline is stale). The same on any machine.
+    """A fact of a leg (its ``field``) that must be exactly as before: any change is a regression, but those
+    ``improves(before, now)`` calls an improvement (the baseline is stale). The same on any machine."""
 
-    Args:
-        name: The fact, in the docs.
-        field: The leg's field it reads.
-        improves: ``(before, now) -> bool``: the changes that are improvements.
-        what: Its part of the rule's sentence.
-        unit: What follows its numbers (``''``: not a number).
-    """
+    holds = 'only the code: a count'
 
-    def __init__(self, name: str, field: str, improves: Callable[[Any, Any], bool], what: str, unit: str = '') -> None:
-        self.name, self.field, self.improves, self.what, self.unit = name, field, improves, what, unit
+    def __init__(self, name: str, field: str, improves: Callable[[Any, Any], bool], sentence: str, unit: str = ''):
+        self.name, self.field, self.improves, self.sentence, self.unit = name, field, improves, sentence, unit
 
     def read(self, source: Source, result: Result) -> list[Any]:
         leg = source.leg_of(result)
@@ -317,42 +235,33 @@ class Exact(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before, 'judged against a baseline'
         new, old = now[0], before[0]
+        change = f'{new - old:+.0f}{self.unit}' if self.unit else f'{old} in the baseline, {new} now'
         if new == old:
             outcome, reason = Outcome.OK, 'the same'
         elif self.improves(old, new):
-            outcome, reason = Outcome.IMPROVED, f'{self._change(old, new)}: the baseline is stale, re-record it'
+            outcome, reason = Outcome.IMPROVED, f'{change}: the baseline is stale, re-record it'
         else:
-            outcome, reason = Outcome.REGRESSION, self._change(old, new)
-        numbers = (old, new) if self.unit else (None, None)
-        return Judgement(metric, outcome, reason, *numbers, 'exact' if self.unit else '', None, self.unit)
-
-    def _change(self, old: Any, new: Any) -> str:
-        return f'{new - old:+.0f}{self.unit}' if self.unit else f'{old} in the baseline, {new} now'
+            outcome, reason = Outcome.REGRESSION, change
+        numbers = (old, new, 'exact') if self.unit else (None, None, '')
+        return Judgement(metric, outcome, reason, *numbers, None, self.unit)
 
     def central(self, samples: list[Any]) -> Optional[float]:
         return float(samples[0]) if samples and self.unit else None
 
     def show(self, samples: list[Any]) -> str:
-        if not samples:
-            return '—'
-        return f'{samples[0] / 1024:.1f} KiB' if self.unit == ' bytes/step' else f'{samples[0]:g}' if self.unit else str(samples[0])
-
-    def sentence(self) -> str:
-        return self.what
+        if not samples or not self.unit:
+            return str(samples[0]) if samples else '—'
+        return f'{samples[0] / 1024:.1f} KiB' if 'bytes' in self.unit else f'{samples[0]:g}'
 
 
 class Check(Kind):
     """A fact of the run that must hold whatever the timings: ``find`` gives the problem in words ('' when it holds,
-    ``None`` when it cannot be checked on that result); any problem is a regression."""
+    ``None`` where it cannot be checked); any problem is a regression."""
 
-    name = 'check'
-    against_baseline = False
+    name, against_baseline, holds = 'check', False, 'only the code: a fact of the run'
 
     def __init__(self, what: str, find: Callable[[Source, Result], Optional[str]]) -> None:
-        self.what, self._find = what, find
-
-    def sentence(self) -> str:
-        return f'a check that fails ({self.what})'
+        self._find, self.sentence = find, f'a check that fails ({what})'
 
     def read(self, source: Source, result: Result) -> list[Any]:
         problem = self._find(source, result)
@@ -385,12 +294,15 @@ def _nothing_patched(source: Source, result: Result) -> Optional[str]:
     return None if patched is None else f'enable() patched {", ".join(patched)}' if patched else ''
 
 
-#: The minimum effects and the limits (see :data:`RULE`).
 #: Two legs of like work in one process still differ from session to session: the offset is the process's (two
 #: Trainers of one leg in one process agree within 1%), shared by every round, so the rank test cannot see it. On the
 #: 2-core machine, three sessions of unchanged code moved these ratios by up to 10.3% (once +9.2% at p = 0.0005),
 #: while a planted 20% slower transform moved shim-batch/unpatched by 11.4% to 18.7%: the minimum effect lies between.
-RATIO = Ratio(0.10, 'a same-run ratio (two legs doing the same work, back to back in every round)')
+RATIO = Ratio(
+    0.10,
+    'a same-run ratio (two legs doing the same work, back to back in every round)',
+    "the shim's code; a slower machine or a slow phase touches both legs alike",
+)
 #: A pipeline leg against its ceiling is unlike work (the leg transforms, the ceiling does not): unchanged runs on the
 #: 2-core machine moved it by up to 19% (a slow phase touches the two differently), a 2x slower transform at 40% of
 #: the step moves it by 25-35%. It judges a user's pipeline against a baseline the user saved, on their own runner.
@@ -398,68 +310,75 @@ BESIDE = Ratio(
     0.20,
     'a pipeline leg against the ceiling window beside it in every round (the same steps on data already transformed '
     'and on the device)',
+    "the pipeline's code, and another kind of runner by about its minimum effect: compare on the same kind",
 )
-OVERHEAD, FIGURE = Overhead(), Figure()
+OVERHEAD = Reported('overhead ratio', '×', '.3f', lambda path, direct, calls: path / direct)
+FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (path - direct) / calls * 1e6)
 #: The limits are stated for a step of the real workload (a step of the tiny test size is no such step). Measured on
 #: unchanged code, quiet and beside two CPU-bound processes, on two 2-core machines whose speed differs by up to 1.7x:
 #: the monitor 0.13-0.35% of a step (limit 1%), the shim's hook 0.018-0.043% (limit 0.1%); 50 µs more per hook call
-#: made the hook 0.19-0.38% of a step. The hook's limit is stated at the cpu size only: a GPU's shorter step
-#: has not been measured against it (there it is reported).
+#: made the hook 0.19-0.38% of a step. The hook's limit is stated at the cpu size only: a GPU's shorter step has not
+#: been measured against it (there it is reported).
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
 BYTES = Exact(
-    'count', 'h2d_bytes_per_step', lambda old, new: new < old, "a leg's bytes per step above its baseline's by any "
-    'amount (a count, not a timing)', ' bytes/step'
+    'count',
+    'h2d_bytes_per_step',
+    lambda old, new: new < old,
+    "a leg's bytes per step above its baseline's by any amount (a count, not a timing)",
+    ' bytes/step',
 )
 CALLS = Exact(
-    'calls', 'calls_per_step', lambda old, new: False, "a pipeline leg's calls per step that differ from its "
-    "baseline's (one call per step keeps stage batch coherent)", ' calls/step'
+    'calls',
+    'calls_per_step',
+    lambda old, new: False,
+    "a pipeline leg's calls per step that differ from its baseline's",
+    ' calls/step',
 )
 PLACEMENT_AS_BEFORE = Exact(
-    'placement', 'placement', lambda old, new: new == Placement.DEVICE, "a pipeline leg's placement that changes "
-    "from its baseline's, other than to the device"
+    'placement',
+    'placement',
+    lambda old, new: new == Placement.DEVICE,
+    "a pipeline leg's placement that changes from its baseline's, other than to the device",
 )
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
 
 #: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
 RULE = (
-    'A gated metric is a *regression* when its median is worse than its baseline\'s by more than its minimum effect '
-    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence()}, or '
-    f'{BESIDE.sentence()}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
+    "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
+    f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence}, or '
+    f'{BESIDE.sentence}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
     'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
     'comparable* when the baseline measured another workload; *ok* otherwise. A regression without a test: '
-    f'{HOOK_SHARE.sentence()}; {MONITOR_SHARE.sentence()}; {BYTES.sentence()}; {ON_DEVICE.sentence()}; '
-    f'{NOTHING_PATCHED.sentence()}; {PLACEMENT_AS_BEFORE.sentence()}; {CALLS.sentence()}. What can move each: '
-    "nothing but the code moves a count or a check; a same-run ratio's two legs do the same work by different routes "
-    'in the same rounds, so neither a slower machine nor a slow phase moves it; a share is held to a stated limit, not '
-    'to a baseline, and the limit lies far above what any machine measured; a pipeline leg against its ceiling is '
-    'unlike work, which another machine can move by about its minimum effect, so a pipeline is compared with a '
-    'baseline saved on the same kind of runner. Overhead ratios (unlike work) and absolute times (samples/s, µs per '
-    'batch) are reported, never judged. Any regression exits 1, and so does a release without a baseline where its '
-    'device has some.'
+    f'{HOOK_SHARE.sentence}; {MONITOR_SHARE.sentence}; {BYTES.sentence}; {ON_DEVICE.sentence}; '
+    f'{NOTHING_PATCHED.sentence}; {PLACEMENT_AS_BEFORE.sentence}; {CALLS.sentence}. What can move each: nothing but '
+    "the code moves a count or a check; a same-run ratio's two legs do the same work by different routes in the same "
+    'rounds, so neither a slower machine nor a slow phase moves it; a share is held to a stated limit, not to a '
+    'baseline, and the limit lies far above what any machine measured; a pipeline leg against its ceiling is unlike '
+    'work, which another machine can move by about its minimum effect, so a pipeline is compared with a baseline '
+    'saved on the same kind of runner. Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are '
+    'reported, never judged. Any regression exits 1, and so does a release without a baseline where its device has '
+    'some.'
 )
 
 
-def judge(result: Result, baseline: Optional[Result], metrics: Any, comparable_by: tuple[str, ...]) -> list[Judgement]:
-    """Every gated metric of ``metrics`` measured in ``result``, against ``baseline`` (``None``: no baseline), which
-    must match ``result`` in the fingerprint keys ``comparable_by``."""
-    from compatshim.bench.metrics import comparable
-
-    unlike = None if baseline is None else comparable(result, baseline, comparable_by)
+def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> list[Judgement]:
+    """Every gated metric of ``metrics`` measured in ``result``, against ``baseline`` (``None``: none), which must
+    match ``result`` in the fingerprint ``keys``."""
+    unlike = None if baseline is None else comparable(result, baseline, keys)
     out = []
     for metric in metrics:
         now = metric.read(result) if metric.gated_for(result) else []
         if not now:
             continue
-        kind, current = metric.kind, metric.kind.central(now)
+        kind = metric.kind
         before = metric.read(baseline) if baseline is not None and not unlike else []
-        if not kind.against_baseline:
-            out.append(kind.judge(metric.id, now, None))
-        elif before:
-            out.append(kind.judge(metric.id, now, before))
-        else:
-            outcome = Outcome.NOT_COMPARABLE if unlike else Outcome.INCONCLUSIVE
-            why = f'another workload: {unlike}' if unlike else 'no baseline' if baseline is None else 'not measured in the baseline'
-            out.append(Judgement(metric.id, outcome, why, current=current, unit=kind.unit))
+        if not kind.against_baseline or before:
+            out.append(kind.judge(metric.id, now, before or None))
+            continue
+        outcome = Outcome.NOT_COMPARABLE if unlike else Outcome.INCONCLUSIVE
+        why = 'no baseline' if baseline is None else 'not measured in the baseline'
+        why = f'another workload: {unlike}' if unlike else why
+        out.append(Judgement(metric.id, outcome, why, current=kind.central(now), unit=kind.unit))
     return out

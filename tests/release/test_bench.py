@@ -15,14 +15,18 @@ import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
-from compatshim.bench import LEGS, measure, overhead
-from compatshim.bench.metrics import PROBES, metric
-from compatshim.bench.results import BenchResult
+from compatshim._accelerator import accelerator
+from compatshim.bench import overhead, reference
+from compatshim.bench.metrics import PROBES, REFERENCE_LEGS, metric
+from compatshim.bench.report import plain_words
+from compatshim.bench.results import BenchResult, LegStatus
 
 pytestmark = [pytest.mark.filterwarnings('ignore::UserWarning'), pytest.mark.runs_in('family')]
 
-#: What plain ``device_transforms`` does without the shim, per family (the bench says it in words).
-PLAIN_OUTCOME = {None: 'device', 'host': 'host', 'dropped': 'fails', 'rejected': 'rejected'}
+#: What plain ``device_transforms`` does without the shim, per family: where it runs, or why it cannot (the recipe's
+#: unpatched leg, said in words).
+PLAIN = {None: 'device', 'host': 'host', 'dropped': LegStatus.FAILED, 'rejected': LegStatus.REJECTED}
+NATIVE = FAMILY is not None and FAMILY.value in ('dropped', 'rejected')
 
 
 @pytest.fixture(scope='module')
@@ -39,38 +43,45 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[BenchResult, Pat
 def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> None:
     result, _ = measured
     legs = result.legs
-    assert list(legs) == list(LEGS) and result.composer == COMPOSER
-    # Without the shim: on the device only up to 0.24.1; the host (as the transform or the workaround) after.
-    assert legs['unpatched'].placement == ('host' if IS_AFFECTED else 'device')
+    assert list(legs) == list(REFERENCE_LEGS) and result.composer == COMPOSER
+    # Without the shim, plain device_transforms: on the device up to 0.24.1, the host on 0.25-0.26, never called on
+    # 0.27-0.28, rejected from 0.29; the workaround batch_transforms (0.27+) on the host.
+    expected = {None: 'device', 'host': 'host', 'dropped': 'never called'}.get(FAMILY.value if FAMILY else None)
+    if expected is None:
+        assert legs['unpatched'].status is LegStatus.REJECTED and legs['unpatched'].reason.startswith('TypeError')
+    else:
+        assert legs['unpatched'].placement == expected
+    assert legs['native-batch'].available is NATIVE and (not NATIVE or legs['native-batch'].placement == 'host')
     assert legs['shim-batch'].placement == 'device'
     assert legs['shim-batch'].coherence == 'coherent' and legs['shim-batch'].calls_per_step == 1
     assert legs['shim-microbatch'].available is IS_AFFECTED
-    native = FAMILY is not None and FAMILY.value in ('dropped', 'rejected')
-    assert legs['native-microbatch'].available is native
+    assert legs['native-microbatch'].available is NATIVE
     if IS_AFFECTED:
         assert legs['shim-microbatch'].placement == 'device' and legs['shim-microbatch'].calls_per_step == 2
     # The whole batch crosses once per step (8 images of 3x16x16 fp32 + labels; Composer moves a few scalars too).
     batch_bytes = 8 * 3 * 16 * 16 * 4 + 8 * 10 * 4
-    for name in ('unpatched', 'shim-batch'):
+    for name in ('native-batch' if NATIVE else 'unpatched', 'shim-batch'):
         assert batch_bytes <= legs[name].h2d_bytes_per_step < batch_bytes + 1024, name
 
 
 def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult, Path]) -> None:
-    """Every timed leg has a window time per round (the legs of a gated ratio two windows, A B B A), and every probe
-    its samples in every round, so that each gated timing is read against the same rounds."""
+    """Every timed leg has one window per round, each shim leg its partner's window of the same round beside it (the
+    host path of the release for stage batch, Composer's own microbatch_transforms for stage microbatch), and every
+    probe its samples in every round, so that each gated timing is read against the same rounds."""
     result, _ = measured
     rounds = result.fingerprint['size']['rounds']
-    native = result.legs['native-microbatch'].available
-    paired = {'unpatched', 'shim-batch'} | ({'shim-microbatch', 'native-microbatch'} if native else set())
+    host = 'native-batch' if NATIVE else 'unpatched'
+    partners = {'shim-batch': host, **({'shim-microbatch': 'native-microbatch'} if NATIVE else {})}
     for name, leg in result.legs.items():
-        assert len(leg.samples_per_s) == (0 if not leg.available else 2 * rounds if name in paired else rounds), name
-        assert len(leg.round_s) == (rounds if leg.available else 0), name
-    assert len(metric('shim-batch/unpatched').read(result)) == rounds
-    assert bool(metric('shim-microbatch/native-microbatch').read(result)) is native
+        timed = leg.available and leg.calls_per_step > 0
+        assert len(leg.samples_per_s) == len(leg.round_s) == (rounds if timed else 0), name
+        assert leg.partner == partners.get(name, '') and len(leg.beside_s) == (rounds if leg.partner else 0), name
+    assert len(metric(f'shim-batch/{host}').read(result)) == rounds
+    assert bool(metric('shim-microbatch/native-microbatch').read(result)) is NATIVE
     assert set(result.overheads) == (set(PROBES) if IS_AFFECTED else {'monitor'})
     for name, found in result.overheads.items():
-        assert len(found.path_s) == len(found.direct_s) == measure.PROBE_SAMPLES * rounds, name
-        assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(measure.PROBE_SAMPLES)], name
+        assert len(found.path_s) == len(found.direct_s) == reference.PROBE_SAMPLES * rounds, name
+        assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(reference.PROBE_SAMPLES)], name
         assert found.calls == overhead.CALLS[name.partition('-')[0]]
     assert len(metric('monitor share of a step').read(result)) == rounds
     assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
@@ -97,7 +108,7 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
         pytest.skip(f'Composer {COMPOSER} is unaffected: the shim installs no hook to probe')
     transform = _Counting()
     compatshim.enable() if name.startswith('hook') else compatshim.disable()
-    probe = overhead.make_probe(name, 'cpu', transform, make_device=FakeAcceleratorDevice)
+    probe = overhead.make_probe(name, accelerator('cpu'), transform, make_device=FakeAcceleratorDevice)
     try:
         compatshim.enable()
         path_s, direct_s = probe.sample()
@@ -107,20 +118,23 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
 
 
 def test_recipe_bytes_and_what_plain_device_transforms_does(measured: tuple[BenchResult, Path]) -> None:
-    """uint8 crosses with the shim; float32 (4x the bytes) without it; 0.27+ say in words why there is no plain leg."""
+    """uint8 crosses with the shim; float32 (4x the bytes) on the host path; plain device_transforms said in words
+    where it cannot run (the model fails on the raw uint8 batch on 0.27-0.28; TypeError from 0.29)."""
     recipe = measured[0].recipe
-    assert recipe.plain['outcome'] == PLAIN_OUTCOME[FAMILY.value if FAMILY else None], recipe.plain
+    plain, words = recipe['unpatched'], plain_words(recipe['unpatched'])
+    expected = PLAIN[FAMILY.value if FAMILY else None]
+    assert (plain.status if isinstance(expected, LegStatus) else plain.placement) == expected, words
     if FAMILY is not None and FAMILY.value == 'dropped':
-        assert 'silently dropped' in recipe.plain['words'] and 'never ran' in recipe.plain['words']
+        assert 'silently dropped' in words and 'never ran' in words
     pixels = 8 * 3 * 16 * 16  # tiny: batch 8 of 3x16x16
-    shim, unpatched = recipe.legs['shim-batch'], recipe.legs['unpatched']
+    shim, host = recipe['shim-batch'], recipe['native-batch' if NATIVE else 'unpatched']
     assert shim.placement == 'device' and shim.coherence == 'coherent'
     assert shim.h2d_bytes_by_dtype['uint8'] == pixels and shim.h2d_bytes_by_dtype.get('float32', 0) < 64
+    ratio = shim.h2d_bytes_per_step / host.h2d_bytes_per_step
     if IS_AFFECTED:
-        assert unpatched.placement == 'host' and unpatched.h2d_bytes_by_dtype['float32'] >= 4 * pixels
-        assert 0.24 < (recipe.bytes_shim_vs_unpatched or 0) < 0.27
+        assert host.placement == 'host' and host.h2d_bytes_by_dtype['float32'] >= 4 * pixels and 0.24 < ratio < 0.27
     else:
-        assert unpatched.placement == 'device' and recipe.bytes_shim_vs_unpatched == 1.0
+        assert host.placement == 'device' and ratio == 1.0
 
 
 def test_report_on_the_real_run(measured: tuple[BenchResult, Path], tmp_path: Path, capsys: Any) -> None:
@@ -131,7 +145,11 @@ def test_report_on_the_real_run(measured: tuple[BenchResult, Path], tmp_path: Pa
     args = ['report', '--results', str(path.parent), '--baselines', str(baselines), '--out', str(tmp_path / 'out')]
     assert _cli.main(args) == 0
     md = (tmp_path / 'out' / 'cpu' / 'report.md').read_text()
-    assert result.env in md and '| shim-batch | device | coherent |' in md and result.recipe.plain['words'] in md
+    assert (
+        result.env in md
+        and '| shim-batch | device | coherent |' in md
+        and plain_words(result.recipe['unpatched']) in md
+    )
     for chart in ('ratios.png', 'bytes.png', 'throughput.png'):
         assert (tmp_path / 'out' / 'cpu' / chart).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n', chart
     assert f'{result.env}: ' in capsys.readouterr().out
@@ -147,11 +165,9 @@ def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
 
 
 def test_bad_input_is_refused_clearly(capsys: Any) -> None:
-    from compatshim.bench import measure
-
     with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, cpu, gpu"):
-        measure.measure('cpu', 'huge')
+        reference.measure('cpu', 'huge')
     with pytest.raises(ValueError, match='plant_slowdown must be between 0 and 10'):
-        measure.measure('cpu', 'tiny', plant_slowdown=-1)
+        reference.measure('cpu', 'tiny', plant_slowdown=-1)
     assert _cli.main(['bench', '--plant-hook-us', '-5']) == 2
     assert 'plant_hook_us must be between 0 and 100000' in capsys.readouterr().err

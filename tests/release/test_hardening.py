@@ -272,7 +272,8 @@ def test_after_dataloader_algorithm_sees_the_device_batch(leg: str) -> None:
     from composer.algorithms import CutOut
     from composer.core import DataSpec
 
-    from compatshim.bench.workload import SIZES, Augment, bench_loader, bench_model
+    from compatshim.bench.engine import SIZES
+    from compatshim.bench.workload import Augment, bench_loader, bench_model
 
     class RecordingCutOut(CutOut):
         seen: list[str] = []

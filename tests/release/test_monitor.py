@@ -172,7 +172,8 @@ def _recipe_run(strict: bool, loop: str) -> tuple[list[str], list[int], Optional
     from composer import Trainer
     from composer.core import DataSpec
 
-    from compatshim.bench.workload import SIZES, RecipeTransform, recipe_loader, recipe_model
+    from compatshim.bench.engine import SIZES
+    from compatshim.bench.workload import RecipeTransform, recipe_loader, recipe_model
     from compatshim.monitor import TransformMonitor
 
     size, model, monitor = SIZES['tiny'], recipe_model(), TransformMonitor(strict=strict)
@@ -280,7 +281,8 @@ def test_auto_microbatching_with_oom_retries(leg: str) -> None:
 
 
 class _FakeClock:
-    """``time`` for the monitor and the recorder: ``perf_counter`` moves only when the test says so."""
+    """A clock that moves only when the test says so: the monitor's wall clock (injected), and ``time`` for the taps
+    and the device's moves of :mod:`compatshim._recorder`."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -300,12 +302,11 @@ def test_the_wait_for_data_is_the_fetch_alone(monkeypatch: pytest.MonkeyPatch) -
     from composer.loggers import InMemoryLogger
 
     from compatshim import _recorder
-    from compatshim import monitor as monitoring
+    from compatshim._steps import Steps
     from compatshim.monitor import TransformMonitor
 
     clock = _FakeClock()
-    monkeypatch.setattr(monitoring, 'time', clock)
-    monkeypatch.setattr(_recorder, 'time', clock)
+    monkeypatch.setattr(_recorder, 'time', clock)  # the wall time inside the taps and the moves
     device = make_device()
     move = device.tensor_to_device
 
@@ -331,6 +332,7 @@ def test_the_wait_for_data_is_the_fetch_alone(monkeypatch: pytest.MonkeyPatch) -
         compatshim.enable()
     given = FAMILY is not Family.REJECTED or IS_AFFECTED  # 0.29+ takes device_transforms only through the shim
     monitor, logger = TransformMonitor(), InMemoryLogger()
+    monitor._steps = Steps(clock=clock.perf_counter)  # the step's wall clock, injected
     t, _ = trainer(
         device,
         train_dataloader=DataSpec(loader(24, collate_fn=collate), device_transforms=Slow()),
@@ -429,7 +431,8 @@ def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.
     never be called; reads of device data (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``) must be as many with
     the monitor as without it.
     """
-    from compatshim import _recorder, testing
+    from compatshim import testing
+    from compatshim._accelerator import ACCELERATORS
 
     waits: list[str] = []
     for owner, name in ((torch.cuda, 'synchronize'), (torch.cuda.Event, 'synchronize'), (torch.cuda.Event, 'wait')):
@@ -460,7 +463,7 @@ def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.
         def elapsed_time(self, end: Any) -> float:
             return 1.0
 
-    monkeypatch.setattr(_recorder, '_timing_events', lambda: {'cpu': SpyEvent})
+    monkeypatch.setattr(ACCELERATORS['cpu'], 'event', lambda: SpyEvent)
     reads: list[str] = []
     reading = {torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.tolist, torch.Tensor.numpy}
     original = testing.FakeAcceleratorTensor.__torch_function__.__func__  # type: ignore[attr-defined]
@@ -493,6 +496,39 @@ def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.
     assert fit(monitored=True) == fit(monitored=False)
     assert SpyEvent.made >= 2 * 4, 'the monitor timed the transform with device events (two per step)'
     assert waits == []
+
+
+@pytest.mark.runs_in('family')
+def test_the_placement_policy_alone() -> None:
+    """What is said of a misplaced device_transforms, from what was seen alone (no run, no environment, no shim)."""
+    from collections import Counter
+
+    from compatshim._placement import Placement
+    from compatshim._steps import early_problem, placement_warning
+
+    def said(where: str, composer: str, kill_switch: bool = False, shim_on: bool = False) -> str:
+        return placement_warning(where, 'DataSpec(dataloader=L)', 'a', composer, kill_switch, shim_on)
+
+    spec, enable = (
+        "compatshim: DataSpec(dataloader=L)'s device_transforms",
+        'Add `import compatshim; compatshim.enable()`',
+    )
+    assert said(Placement.NEVER_CALLED, '0.28.0').startswith(
+        f"{spec} is never called in 'a': Composer 0.28.0 drops it. {enable} at the top of the training script"
+    )
+    assert said(Placement.HOST, '0.26.1').startswith(
+        f"{spec} saw its batch on the host in 'a' (Composer 0.26.1), not on the device. {enable}"
+    )
+    assert said('mixed', '0.26.1', kill_switch=True).endswith(
+        "on the mixed in 'a' (Composer 0.26.1), not on the device. COMPATSHIM_DISABLE is set, so the shim patches "
+        'nothing: unset it.'
+    )
+    assert said('host', '0.26.1', shim_on=True).endswith('built before compatshim.enable(): build it after.')
+    assert said('host', '0.24.1', shim_on=True).endswith('on the device itself: please report this run.')
+    assert 'outside the support table' in said('host', '0.33.0') and 'allow_untested=True' in said('host', '0.33.0')
+    assert early_problem(Counter({Placement.DEVICE: 1, Placement.HOST: 1, Placement.MIXED: 1})) is Placement.HOST
+    assert early_problem(Counter({Placement.DEVICE: 1, Placement.MIXED: 1})) is Placement.MIXED
+    assert early_problem(Counter({Placement.DEVICE: 2})) is None
 
 
 @pytest.mark.runs_in('family')

@@ -5,7 +5,7 @@ saved and compared, with the regressions a user's CI must catch planted, and eve
 In-process (``compatshim._cli.main``), once per family and on the forward torch. ``--quick`` runs are deterministic
 where they are judged: 3 rounds can never make a timing significant, and placement, calls and bytes are counts. The
 timing gate is tried here only with an effect no machine hides (a transform ten times as slow); how it does at the
-edge of its minimum effect (twice as slow) is judged on recorded samples in ``tests/unit/test_pipeline_rule.py``.
+edge of its minimum effect (twice as slow) is judged on recorded samples in ``tests/unit/test_judge.py``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any)
         assert result['fingerprint'][name] is not None, name
     pixels = 32 * 3 * 48 * 48  # a batch of uint8 images
     if FAMILY is Family.REJECTED:
-        assert not legs['unpatched']['available'] and legs['unpatched']['reason'].startswith('TypeError: ')
+        assert not (legs['unpatched']['status'] == 'ran') and legs['unpatched']['reason'].startswith('TypeError: ')
         assert 'n/a: TypeError' in _leg_line(out, 'unpatched') and 'unpatched cannot run here: TypeError' in out
     else:
         assert legs['unpatched']['placement'] == UNPATCHED[FAMILY]
@@ -73,12 +73,15 @@ def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any)
         for leg in ('shim-batch', 'shim-microbatch'):
             assert legs[leg]['placement'] == 'device' and legs[leg]['h2d_bytes_by_dtype']['uint8'] == pixels, leg
         assert legs['shim-batch']['calls_per_step'] == 1 and legs['shim-microbatch']['calls_per_step'] == 2
-    else:
-        assert not legs['shim-batch']['available'] and 'the shim: this release runs device_transforms' in out
+    else:  # nothing to patch: stage batch is plain device_transforms, on the device; no stage microbatch
+        assert legs['shim-batch']['placement'] == 'device' and not (legs['shim-microbatch']['status'] == 'ran')
+        assert 'the shim: this release runs device_transforms on the device itself' in out
     if FAMILY is Family.HOST:  # the transform on the host: float32 crosses, 4x the shim's bytes
         assert 4 * pixels <= legs['unpatched']['h2d_bytes_by_dtype']['float32'] < 4 * pixels + 1024
     native = FAMILY in (Family.DROPPED, Family.REJECTED)
-    assert legs['native-batch']['available'] is native and legs['native-microbatch']['available'] is native
+    assert (legs['native-batch']['status'] == 'ran') is native and (
+        legs['native-microbatch']['status'] == 'ran'
+    ) is native
     if native:
         assert legs['native-batch']['placement'] == 'host'
         assert 4 * pixels <= legs['native-batch']['h2d_bytes_by_dtype']['float32'] < 4 * pixels + 1024
@@ -87,7 +90,7 @@ def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any)
     assert 'timing: no verdict from 3 rounds' in out and ' faster' not in out and ' slower' not in out
     assert 'torch threads 1 (fixed)' in out
     for leg, found in legs.items():
-        if found['available']:
+        if found['status'] == 'ran':
             line = _leg_line(out, leg)
             assert 'ms' in line and ('uint8' in line or leg == 'ceiling' or 'float32' in line), line
 
@@ -257,7 +260,7 @@ def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs(
     import copy
 
     from compatshim.bench import pipeline
-    from compatshim.bench.results import LegResult
+    from compatshim.bench.results import LegResult, LegStatus
 
     now = _recorded('main')
     before = copy.deepcopy(now)
@@ -266,7 +269,7 @@ def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs(
     before.legs['unpatched'].placement, before.legs['unpatched'].description = 'host', 'device_transforms=fn, no shim'
     before.legs['unpatched'].h2d_bytes_per_step *= 4
     for leg in ('native-batch', 'native-microbatch'):
-        before.legs[leg] = LegResult('', available=False, reason='batch_transforms exists from Composer 0.27.0')
+        before.legs[leg] = LegResult('', LegStatus.NOT_HERE, 'batch_transforms exists from Composer 0.27.0')
     code, lines = pipeline.compare(now, before, 'main')
     assert code == 0, lines
     assert any(line.startswith(f'NEW {now.pipeline} native-batch') for line in lines), lines

@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 
 from compatshim import _cli
-from compatshim.bench import judge, rule
-from compatshim.bench.metrics import METRICS, PIPELINE_COMPARABLE_BY, metric, pipeline_metrics
-from compatshim.bench.results import BenchResult, PipelineResult, gather, load_baseline, record_baseline
+from compatshim.bench import rule
+from compatshim.bench.metrics import COMPARABLE_BY, METRICS, PIPELINE_COMPARABLE_BY, Gate, metric, pipeline_metrics
+from compatshim.bench.results import BenchResult, PipelineResult, Store, gather, record_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / 'matrix' / 'baselines'
 REPORT = ROOT / 'matrix' / 'reports' / 'cpu'
+#: The baselines of workload version 3 (v0.1.0), which the loaded runs and the other machine's were measured against.
+BASELINES_V3 = ROOT / 'tests' / 'data' / 'baselines-v3'
 LOADED = ROOT / 'tests' / 'data' / 'loaded'
 #: ``tox -m report`` of unchanged code (v0.1.0) on another machine, as ``compatshim report --results`` reads it.
 OTHER_MACHINE = ROOT / 'tests' / 'data' / 'other-machine'
@@ -29,8 +31,23 @@ OTHER_MACHINE = ROOT / 'tests' / 'data' / 'other-machine'
 RECORDED = ['composer0.28.0-cpu', 'composer0.26.1-cpu', 'composer0.24.1-cpu']
 
 
-def recorded(env: str) -> BenchResult:
-    return BenchResult.from_json(json.loads((BASELINES / 'cpu' / f'{env}.json').read_text()))
+def recorded(env: str, root: Path = BASELINES) -> BenchResult:
+    return BenchResult.from_json(json.loads((root / 'cpu' / f'{env}.json').read_text()))
+
+
+def v3(env: str) -> BenchResult:
+    """The version-3 baseline of ``env`` (what the loaded runs and the other machine's compare with)."""
+    return recorded(env, BASELINES_V3)
+
+
+def host_ratio(result: BenchResult) -> str:
+    """The same-run ratio of stage batch against the host path of its release: plain device_transforms on 0.24-0.26,
+    the batch_transforms workaround on 0.27+."""
+    return 'shim-batch/native-batch' if result.legs['native-batch'].available else 'shim-batch/unpatched'
+
+
+def judged(result: Any, baseline: Any) -> list[rule.Judgement]:
+    return rule.judge(result, baseline, METRICS, COMPARABLE_BY)
 
 
 def loaded(env: str) -> BenchResult:
@@ -56,10 +73,11 @@ def _scaled(
     call of the shim's hook path ``hook_us`` µs slower, and the monitor's own work ``monitor`` times as slow: on the
     raw numbers every metric is read from."""
     out = copy.deepcopy(result)
-    for name, leg in out.legs.items():
+    for name, leg in out.legs.items():  # a shim leg's partner is never a shim leg
         factor = machine * (shim if name.startswith('shim') else 1.0)
         leg.samples_per_s = [v * factor for v in leg.samples_per_s]
         leg.round_s = [v / factor for v in leg.round_s]
+        leg.beside_s = [v / machine for v in leg.beside_s]
     for name, found in out.overheads.items():
         extra = hook_us * 1e-6 * found.calls if name.startswith('hook') else 0.0
         own = monitor if name == 'monitor' else 1.0
@@ -69,7 +87,7 @@ def _scaled(
 
 
 def _outcomes(result: BenchResult, baseline: Any) -> dict[str, str]:
-    return {j.metric: j.outcome for j in judge.judge(result, baseline)}
+    return {j.metric: j.outcome for j in judged(result, baseline)}
 
 
 @pytest.mark.parametrize('env', RECORDED)
@@ -105,7 +123,7 @@ def test_the_loaded_runs_are_loaded_runs_of_recorded_releases() -> None:
     envs = _loaded_envs()
     assert set(RECORDED) <= set(envs), envs
     for env in envs:
-        result, baseline = loaded(env), recorded(env)
+        result, baseline = loaded(env), v3(env)
         assert result.measured_at != baseline.measured_at and not result.planted
         assert result.fingerprint['workload_version'] == baseline.fingerprint['workload_version']
 
@@ -114,19 +132,19 @@ def test_the_loaded_runs_are_loaded_runs_of_recorded_releases() -> None:
 def test_a_run_beside_cpu_bound_load_against_a_quiet_baseline_is_no_regression(env: str, tmp_path: Path) -> None:
     """Measured beside two CPU-bound processes (its absolute µs and samples/s moved), judged against the quiet
     baseline: no gated metric regresses, and ``compatshim report`` exits 0."""
-    result, baseline = loaded(env), recorded(env)
+    result, baseline = loaded(env), v3(env)
     outcomes = _outcomes(result, baseline)
     assert 'regression' not in outcomes.values(), {k: v for k, v in outcomes.items() if v != 'ok'}
-    assert _report(tmp_path, result)[0] == 0
+    assert _report(tmp_path, result, baselines=BASELINES_V3)[0] == 0
 
 
 @pytest.mark.parametrize('env', [e for e in _loaded_envs() if 'composer0.24' not in e])
 def test_the_planted_slowdowns_fail_a_loaded_run_too(env: str) -> None:
     """Beside the same load, what the shim can cause is still found: a 20% slower shim leg in the same-run ratios, and
     50 µs more per hook call at both stages."""
-    result, baseline = loaded(env), recorded(env)
+    result, baseline = loaded(env), v3(env)
     slower = _outcomes(_scaled(result, shim=0.8), baseline)
-    assert slower['shim-batch/unpatched'] == 'regression'
+    assert slower[host_ratio(result)] == 'regression'
     if metric('shim-microbatch/native-microbatch').read(result):
         assert slower['shim-microbatch/native-microbatch'] == 'regression'
     hook = _outcomes(_scaled(result, hook_us=50.0), baseline)
@@ -147,21 +165,21 @@ def test_another_machine_of_the_same_model_string_is_no_regression(run: str, tmp
     to 11-13.6x), quiet and beside two CPU-bound processes: judged against the committed baselines, nothing
     regresses and ``compatshim report`` exits 0. (Under the rule of v0.1.0 both exited 1, on 8 and 12 envs.)"""
     results = _other_machine(run)
-    assert len(results) == len(list((BASELINES / 'cpu').glob('*.json')))
+    assert len(results) == len(list((BASELINES_V3 / 'cpu').glob('*.json')))
     for result in results:
-        outcomes = _outcomes(result, recorded(result.env))
+        outcomes = _outcomes(result, v3(result.env))
         assert 'regression' not in outcomes.values(), (result.env, {k: v for k, v in outcomes.items() if v != 'ok'})
-    args = ['report', '--results', str(OTHER_MACHINE / run), '--baselines', str(BASELINES)]
+    args = ['report', '--results', str(OTHER_MACHINE / run), '--baselines', str(BASELINES_V3)]
     assert _cli.main([*args, '--out', str(tmp_path / 'out'), '--no-png']) == 0, capsys.readouterr().out
 
 
-def test_the_other_machines_runs_measured_what_the_baselines_measured() -> None:
-    """The other machine's runs stay a real case only while they are comparable with the committed baselines: when a
-    workload version bump re-records the baselines, this fails until they are re-judged under the new rule (or
-    removed, with the reason in CONTRIBUTING's "How the gate was tried")."""
+def test_the_other_machines_runs_measured_what_their_baselines_measured() -> None:
+    """The other machine's runs stay a real case only while they are comparable with the baselines they are judged
+    against: the version-3 baselines, kept beside them when version 4 re-recorded the committed ones (the same
+    samples, read as schema 5), and judged under this checkout's rule."""
     for run in ('quiet', 'loaded'):
         for result in _other_machine(run):
-            baseline = recorded(result.env)
+            baseline = v3(result.env)
             assert result.fingerprint['workload_version'] == baseline.fingerprint['workload_version'], result.env
             assert result.fingerprint['cpu_model'] == baseline.fingerprint['cpu_model'], 'the same model string'
             assert result.measured_at != baseline.measured_at and not result.planted
@@ -174,9 +192,9 @@ def test_the_planted_slowdowns_fail_the_other_machines_runs(run: str) -> None:
     for result in _other_machine(run):
         if not result.affected:
             continue
-        baseline = recorded(result.env)
+        baseline = v3(result.env)
         slower = _outcomes(_scaled(result, shim=0.8), baseline)
-        assert slower['shim-batch/unpatched'] == 'regression', (result.env, slower)
+        assert slower[host_ratio(result)] == 'regression', (result.env, slower)
         hook = _outcomes(_scaled(result, hook_us=50.0), baseline)
         assert hook[HOOK_BATCH] == hook[HOOK_MICROBATCH] == 'regression', (result.env, hook)
 
@@ -186,10 +204,10 @@ def test_unlike_work_is_reported_never_gated() -> None:
     figures: no value of theirs is judged."""
     for found in METRICS:
         if found.kind in (rule.OVERHEAD, rule.FIGURE):
-            assert found.gated == 'never', found.id
+            assert found.gate is Gate.NEVER, found.id
     result = recorded('composer0.28.0-cpu')
     heavier = _scaled(result, monitor=1.5)  # the monitor's path 1.5x its baseline's against the direct path
-    assert judge.worst(judge.judge(heavier, result)) == 'ok'
+    assert rule.worst(judged(heavier, result)) == 'ok'
 
 
 @pytest.mark.parametrize('machine', [1 / 1.7, 1.7], ids=['1.7x-slower-machine', '1.7x-faster-machine'])
@@ -217,7 +235,7 @@ def test_a_twenty_percent_slower_shim_leg_is_a_regression(env: str, tmp_path: Pa
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(f'REGRESSION {env} ') and 'baseline' in last and 'now' in last and 'threshold -10%' in last
     outcomes = _outcomes(slower, result)
-    assert outcomes['shim-batch/unpatched'] == 'regression'
+    assert outcomes[host_ratio(result)] == 'regression'
     if metric('shim-microbatch/native-microbatch').read(result):
         assert outcomes['shim-microbatch/native-microbatch'] == 'regression'
 
@@ -242,20 +260,20 @@ def test_a_monitor_over_its_limit_is_a_regression_without_a_baseline() -> None:
     result = recorded('composer0.28.0-cpu')
     share = metric('monitor share of a step')
     heavy = _scaled(result, monitor=2 * rule.MONITOR_SHARE.limit / min(share.read(result)))
-    found = {j.metric: j for j in judge.judge(heavy, None)}
+    found = {j.metric: j for j in judged(heavy, None)}
     assert found[share.id].outcome == 'regression' and found[share.id].threshold == '≤ 1%'
-    assert {j.metric: j.outcome for j in judge.judge(result, None)}[share.id] == 'ok'
+    assert {j.metric: j.outcome for j in judged(result, None)}[share.id] == 'ok'
 
 
 def test_bytes_are_a_count_judged_exactly() -> None:
     result = recorded('composer0.28.0-cpu')
     grown = copy.deepcopy(result)
-    grown.recipe.legs['shim-batch'].h2d_bytes_per_step += 8  # one more int64 crosses per step
+    grown.recipe['shim-batch'].h2d_bytes_per_step += 8  # one more int64 crosses per step
     outcomes = _outcomes(grown, result)
     assert outcomes['bytes per step (shim-batch)'] == 'regression'
     assert outcomes['bytes per step (shim-microbatch)'] == 'ok'
     fewer = copy.deepcopy(result)
-    fewer.recipe.legs['shim-batch'].h2d_bytes_per_step -= 8
+    fewer.recipe['shim-batch'].h2d_bytes_per_step -= 8
     assert _outcomes(fewer, result)['bytes per step (shim-batch)'] == 'improved'
 
 
@@ -263,37 +281,37 @@ def test_bytes_are_a_count_judged_exactly() -> None:
     ('leg', 'field', 'value'),
     [
         ('shim-batch', 'placement', 'host'),
-        ('shim-batch', 'coherence', 'per microbatch (2 calls/step)'),
+        ('shim-batch', 'calls_per_step', 2.0),
         ('shim-microbatch', 'placement', 'never called'),
     ],
 )
-def test_wrong_placement_or_coherence_is_a_regression_whatever_the_timings(leg: str, field: str, value: str) -> None:
+def test_wrong_placement_or_coherence_is_a_regression_whatever_the_timings(leg: str, field: str, value: Any) -> None:
     result = recorded('composer0.28.0-cpu')
     broken = copy.deepcopy(result)
     setattr(broken.legs[leg], field, value)
-    found = [j for j in judge.judge(broken, None) if j.outcome == 'regression']
+    found = [j for j in judged(broken, None) if j.outcome == 'regression']
     assert [j.metric for j in found] == [f'placement ({leg})'], found
 
 
 def test_on_an_unaffected_release_what_is_gated_is_that_nothing_is_patched() -> None:
     result = recorded('composer0.24.1-cpu')
     slower = _scaled(result, shim=0.5)  # the shim legs run Composer's own code there: an A/A comparison, not gated
-    assert judge.worst(judge.judge(slower, result)) == 'ok'
+    assert rule.worst(judged(slower, result)) == 'ok'
     patched = copy.deepcopy(result)
     patched.patched_by_enable = ['composer.core.data_spec.DataSpec.__init__']
-    assert [j.metric for j in judge.judge(patched, result) if j.outcome == 'regression'] == [
+    assert [j.metric for j in judged(patched, result) if j.outcome == 'regression'] == [
         'patches on an unaffected release'
     ]
 
 
 def test_on_a_gpu_shim_batch_over_unpatched_is_the_speed_up_not_a_gate() -> None:
-    """On cuda/mps the unpatched leg transforms on the host and shim-batch on the device: not the same work, so that
+    """On cuda/mps the host path transforms on the host and shim-batch on the device: not the same work, so that
     ratio is reported (it is what the shim is for there); stage batch is gated by placement, bytes and its hook."""
     result = recorded('composer0.28.0-cpu')
     on_gpu = copy.deepcopy(result)
     on_gpu.device = 'cuda'
-    metrics = {j.metric for j in judge.judge(_scaled(on_gpu, shim=0.5), on_gpu)}
-    assert 'shim-batch/unpatched' not in metrics and 'shim-microbatch/native-microbatch' in metrics
+    metrics = {j.metric for j in judged(_scaled(on_gpu, shim=0.5), on_gpu)}
+    assert host_ratio(result) not in metrics and 'shim-microbatch/native-microbatch' in metrics
 
 
 SAME = [1.00, 0.99, 1.01, 1.00, 1.00, 1.02, 0.99, 1.01]
@@ -324,19 +342,19 @@ def test_rule_on_the_hooks_limit(share: float, outcome: str) -> None:
 
 def test_mann_whitney() -> None:
     low, high = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0]
-    assert judge.mann_whitney_p(low, high) < 1e-3 < 0.999 < judge.mann_whitney_p(high, low)
-    assert 0.4 < judge.mann_whitney_p(low, low) < 0.6
-    assert judge.mann_whitney_p([1.0, 1.0], [1.0, 1.0]) == 1.0  # all tied: no evidence either way
+    assert rule.mann_whitney_p(low, high) < 1e-3 < 0.999 < rule.mann_whitney_p(high, low)
+    assert 0.4 < rule.mann_whitney_p(low, low) < 0.6
+    assert rule.mann_whitney_p([1.0, 1.0], [1.0, 1.0]) == 1.0  # all tied: no evidence either way
     # The exact one-sided p for 5 vs 5 fully separated is 1/252 = 0.004; the approximation is close, and not smaller.
-    assert 0.004 <= judge.mann_whitney_p(low[:5], high[:5]) < judge.ALPHA
+    assert 0.004 <= rule.mann_whitney_p(low[:5], high[:5]) < rule.ALPHA
 
 
 def test_the_rule_is_one_constant_built_from_the_kinds() -> None:
     """Every gated kind states its part in RULE, with its own numbers; no module switches on a kind's code, and the
     report reads no docstring."""
-    gated = {m.kind for m in METRICS if m.gated != 'never'}
+    gated = {m.kind for m in METRICS if m.gate is not Gate.NEVER}
     for kind in gated:
-        assert kind.sentence() and kind.sentence() in rule.RULE, kind.name
+        assert kind.sentence and kind.sentence in rule.RULE, kind.name
     assert f'{rule.RATIO.min_effect:.0%}' in rule.RULE and f'{rule.BESIDE.min_effect:.0%}' in rule.RULE
     assert f'{rule.MONITOR_SHARE.limit:g}%' in rule.RULE and f'{rule.HOOK_SHARE.limit:g}%' in rule.RULE
     assert f'{rule.ALPHA:g}' in rule.RULE
@@ -349,7 +367,8 @@ def test_the_rule_is_one_constant_built_from_the_kinds() -> None:
 def test_record_never_overwrites(tmp_path: Path) -> None:
     result = recorded('composer0.28.0-cpu')
     path = record_baseline(result, tmp_path)
-    assert path == tmp_path / 'cpu' / 'composer0.28.0-cpu.json' and load_baseline(tmp_path, result) == result
+    assert path == tmp_path / 'cpu' / 'composer0.28.0-cpu.json'
+    assert Store(tmp_path / 'cpu', BenchResult).load(result.env) == result
     with pytest.raises(FileExistsError, match='--replace'):
         record_baseline(result, tmp_path)
     with pytest.raises(ValueError, match='planted'):
@@ -417,17 +436,24 @@ def test_a_baseline_of_another_workload_version_is_not_comparable(tmp_path: Path
     other = copy.deepcopy(result)
     version = other.fingerprint['workload_version']
     other.fingerprint['workload_version'] = version + 1
-    judgements = judge.judge(_scaled(result, shim=0.2), other)
+    judgements = judged(_scaled(result, shim=0.2), other)
     against = [j for j in judgements if metric(j.metric).kind.against_baseline]
     assert against and {j.outcome for j in against} == {'not comparable'}
     assert all(f'workload version {version + 1} in the baseline, {version} now' in j.reason for j in against)
-    assert judge.worst(judgements) == 'not comparable'
+    assert rule.worst(judgements) == 'not comparable'
 
 
 def test_no_metric_is_named_outside_the_registry() -> None:
-    """measure, judge, report and the CLI take every metric from compatshim/bench/metrics.py: no metric id, and no
-    position in a list of them, appears in their source."""
-    for name in ('bench/measure.py', 'bench/judge.py', 'bench/report.py', '_cli.py'):
+    """The engine, the benches, the rule, the report and the CLI take every metric from compatshim/bench/metrics.py: no
+    metric id, and no position in a list of them, appears in their source."""
+    for name in (
+        'bench/engine.py',
+        'bench/reference.py',
+        'bench/pipeline.py',
+        'bench/rule.py',
+        'bench/report.py',
+        '_cli.py',
+    ):
         source = (ROOT / 'compatshim' / name).read_text()
         named = [m.id for m in METRICS if f"'{m.id}'" in source]
         assert named == [], f'{name} names {named}'
@@ -479,7 +505,7 @@ def _pipeline(name: str) -> PipelineResult:
 
 def _pipeline_outcomes(result: PipelineResult, baseline: PipelineResult) -> dict[str, str]:
     gated = pipeline_metrics({*result.legs, *baseline.legs})
-    return {j.metric: j.outcome for j in judge.judge(result, baseline, gated, PIPELINE_COMPARABLE_BY)}
+    return {j.metric: j.outcome for j in rule.judge(result, baseline, gated, PIPELINE_COMPARABLE_BY)}
 
 
 def test_a_pipeline_transform_twice_as_slow_fails_on_recorded_samples() -> None:
