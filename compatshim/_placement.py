@@ -14,7 +14,7 @@ class Word(str, enum.Enum):
     """A closed vocabulary whose members are their words: in JSON, in text, in comparisons."""
 
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
 
 class Placement(Word):

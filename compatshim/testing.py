@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from compatshim._accelerator import accelerator
 from compatshim._fake import FakeAcceleratorDevice, FakeAcceleratorTensor, FakeAutoMicrobatchDevice
+from compatshim._placement import Placement
 from compatshim._recorder import Tap, is_on_device, placement
 
 __all__ = [
@@ -53,7 +54,7 @@ class PlacementProbe(Tap):
         transform: The transform to wrap (called with the batch; its result is returned).
     """
 
-    seen: list[str]
+    seen: list[Placement]
 
     def __init__(self, transform: Callable[[Any], Any]) -> None:
         super().__init__(transform, keep=True)
@@ -65,10 +66,11 @@ class PlacementProbe(Tap):
             raise AssertionError(
                 f'{name} was never called (on Composer 0.27–0.28 device_transforms is dropped without the shim)'
             )
-        wrong = sorted(set(self.seen) - {'device'})
+        wrong = sorted(str(p) for p in set(self.seen) - {Placement.DEVICE})
         if wrong:
+            off = len(self.seen) - self.seen.count(Placement.DEVICE)
             raise AssertionError(
-                f'{name} saw its batch on the {"/".join(wrong)} in {len(self.seen) - self.seen.count("device")} '
+                f'{name} saw its batch on the {"/".join(wrong)} in {off} '
                 f'of {len(self.seen)} calls, expected the device (is the shim enabled? '
                 'pytest --compatshim=batch)'
             )

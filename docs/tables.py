@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from compatshim import _cli, _exits, _settings, _support  # noqa: E402
-from compatshim.bench import rule  # noqa: E402
+from compatshim.bench import metrics, rule  # noqa: E402
 
 __all__ = ['FILES', 'GENERATED', 'STAGES', 'THREE_WAYS', 'cli_reference', 'main', 'refresh', 'stale']
 
@@ -106,6 +106,50 @@ STAGES = _table(
 )
 
 
+def legs_table() -> str:
+    """The leg vocabulary of both benches (``compatshim.bench.metrics.LEGS``): one name, one DataSpec argument."""
+    return _table(
+        ('leg', 'DataSpec argument', 'the shim', 'what it is', 'in'),
+        [
+            (
+                f'`{leg.name}`',
+                f'`{leg.argument}=fn`' if leg.argument else '— (no transform)',
+                f'`enable(stage="{leg.stage}")`' if leg.stage else 'off',
+                leg.description,
+                '`bench --pipeline`' if leg.name not in metrics.REFERENCE_LEGS else '`bench`, `bench --pipeline`',
+            )
+            for leg in metrics.LEGS.values()
+        ],
+    )
+
+
+def metrics_table() -> str:
+    """Every metric of the reference bench (``compatshim.bench.metrics.METRICS``): its kind, where it is gated, its
+    threshold, and what can move it."""
+    rows = []
+    for found in metrics.METRICS:
+        kind = found.kind
+        limit = getattr(kind, 'limit', None)
+        threshold = (
+            f'≤ {limit:g}% of a step'
+            if limit is not None
+            else f'-{kind.min_effect:.0%} and p < {rule.ALPHA:g}'
+            if kind.min_effect is not None
+            else 'exact'
+            if kind.against_baseline and found.gate.value != 'never'
+            else 'must hold'
+            if found.gate.value != 'never'
+            else '—'
+        )
+        where = found.gate.value + (
+            '' if set(found.devices) == {'cpu', 'cuda', 'mps'} else f' ({", ".join(found.devices)})'
+        )
+        sizes = f', at the {"/".join(kind.sizes)} size' if kind.sizes else ''
+        moved = kind.holds if found.gate.value != 'never' else 'reported, never judged'
+        rows.append((f'`{found.id}`', kind.name, where + sizes, threshold, moved))
+    return _table(('metric', 'kind', 'gated where', 'threshold', 'what can move it'), rows)
+
+
 #: Every table that lives in code (or above), by the name its markers give.
 GENERATED: dict[str, Callable[[], str]] = {
     'support-table': _support.markdown_table,
@@ -113,6 +157,8 @@ GENERATED: dict[str, Callable[[], str]] = {
     'environment': _settings.variables_markdown,
     'settings': _settings.settings_markdown,
     'rule': lambda: rule.RULE,
+    'legs': legs_table,
+    'metrics': metrics_table,
     'cli': cli_reference,
     'three-ways': lambda: THREE_WAYS,
     'stages': lambda: STAGES,

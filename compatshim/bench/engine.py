@@ -1,8 +1,8 @@
 """The one measuring engine, for the reference workload and a user's pipeline alike.
 
-A :class:`Pipeline` (a dataloader, a transform, a model) is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`),
-each leg a real Composer ``Trainer`` over the same batches, differing only in how the transform is passed and whether
-the shim is on:
+A :class:`Pipeline` (a dataloader, a transform, a model) is measured leg by leg
+(:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer ``Trainer`` over the same batches, differing only in
+how the transform is passed and whether the shim is on:
 
 1. :func:`check`: every leg runs :data:`CHECK_STEPS` untimed steps on an *observable* device (the CPU fake
    accelerator, or the real cuda/mps device) under a ``TransformMonitor``: placement, calls per step, bytes by dtype,
@@ -108,7 +108,8 @@ class Source:
     """One iterator over a dataloader, shared by every leg (one set of workers), started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader, self._iterator = loader, None
+        self.loader = loader
+        self._iterator: Optional[Iterator[Any]] = None
 
     def next(self) -> Any:
         for _ in range(2):
@@ -468,7 +469,7 @@ def _round(
         after_round(round_)
     for run in made.values():
         if not round_:
-            run.windows.clear(), run.samples.clear(), run.summaries.clear()
+            run.windows, run.samples, run.summaries = [], [], []
         elif spent[run.leg.name]:
             run.windows += spent[run.leg.name]
             run.round_s.append(statistics.mean(spent[run.leg.name]))

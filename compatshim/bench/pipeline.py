@@ -336,7 +336,8 @@ def verdicts(result: PipelineResult) -> list[str]:
             lambda f, why: (
                 f'stage batch vs microbatch: stage batch is {_faster(f, "stage microbatch")} ({why}); '
                 f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-                'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'
+                'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole '
+                'batch'
             ),
         ),
         (

@@ -100,7 +100,9 @@ def measure(
                     path_s, direct_s = probe.sample()
                     if round_:
                         found = overheads[probe.name]
-                        found.path_s.append(path_s), found.direct_s.append(direct_s), found.rounds.append(round_)
+                        found.path_s += [path_s]
+                        found.direct_s += [direct_s]
+                        found.rounds += [round_]
 
         try:
             legs = engine.measure(

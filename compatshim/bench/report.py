@@ -73,7 +73,8 @@ def plain_words(leg: LegResult) -> str:
     if leg.placement is Placement.DEVICE:
         return f'runs on the device, after the move: {main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
     if leg.placement is Placement.HOST:
-        return f'runs on the host, before the move: the transformed {main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
+        crossed = f'{main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
+        return f'runs on the host, before the move: the transformed {crossed}'
     return f'{leg.placement}: the model gets the raw batch'
 
 
@@ -113,8 +114,8 @@ def markdown(judged: list[Judged], device: str) -> str:
         'Each metric of the registry (`compatshim/bench/metrics.py`): its median (± IQR) and its outcome (— where '
         'it is not gated on that release or device). Ratios pair two legs of the same round; shares, a path of '
         "compatshim's against a step of the same round, held to a limit. *Checks*: the worst outcome of the placement "
-        "and coherence checks. *Throughput vs baseline run*: the shim-batch leg's samples/s against the baseline's run, "
-        'which may be another machine or another phase of this one: reported, never judged.',
+        "and coherence checks. *Throughput vs baseline run*: the shim-batch leg's samples/s against the baseline's "
+        'run, which may be another machine or another phase of this one: reported, never judged.',
         '',
         '## Headline per release',
         '',

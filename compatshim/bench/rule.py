@@ -242,8 +242,9 @@ class Exact(Kind):
             outcome, reason = Outcome.IMPROVED, f'{change}: the baseline is stale, re-record it'
         else:
             outcome, reason = Outcome.REGRESSION, change
-        numbers = (old, new, 'exact') if self.unit else (None, None, '')
-        return Judgement(metric, outcome, reason, *numbers, None, self.unit)
+        if not self.unit:
+            return Judgement(metric, outcome, reason)
+        return Judgement(metric, outcome, reason, old, new, 'exact', None, self.unit)
 
     def central(self, samples: list[Any]) -> Optional[float]:
         return float(samples[0]) if samples and self.unit else None

@@ -5,9 +5,9 @@ launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 1
 script enables the shim itself (``shim``), a script that never mentions compatshim is started under
 ``compatshim run --monitor`` (``run``: the shim and the in-run monitor on every rank, nothing edited), and neither
 (``control``, strict xfail on affected releases). Each launch costs a
-launcher and its ranks, each importing Composer, so each runs where it can differ: one node with the script's own
-``enable()`` and under ``compatshim run`` in every family env (and the ``run`` leg on the forward-compat torch,
-whose ``torch.distributed`` is another), the control once (the host family, where a wrong placement is what fails),
+launcher and its ranks, each importing Composer, so each runs where it can differ: one node under ``compatshim run`` in every family env (what is patched on the
+ranks; and on the forward-compat torch, whose ``torch.distributed`` is another), the script's own ``enable()`` once
+(a dropped release: how a rank enables does not depend on the family), the control once (the host family, where a wrong placement is what fails),
 and two nodes once (the newest release). All launches of an env run concurrently.
 
 Coherence is per rank, as in 0.24.1: Composer seeds each rank with seed + rank, so each rank draws its own
@@ -38,7 +38,7 @@ ENABLED_JOB = JOB.with_name('multirank_job_enabled.py')
 TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks per node)
 #: (topology, leg) -> where it runs.
 LAUNCHES: dict[tuple[str, str], tuple[str, ...]] = {
-    ('one-node', 'shim'): ('family',),
+    ('one-node', 'shim'): ('family:dropped',),
     ('one-node', 'run'): ('family', 'forward'),
     ('one-node', 'control'): ('family:host',),
     ('two-nodes', 'run'): ('family:rejected',),

@@ -3,8 +3,10 @@
 Each scenario is one fresh process tree, started as a user starts it (the ``compatshim`` console script or
 ``python -m compatshim run``), running ``tests/run_job.py`` — a script that never calls ``enable()`` — which checks
 everything it can in one go and reports it in one JSON file; the tests below read those reports. The scenarios run
-concurrently, once per family (the bootstrap does not depend on the release otherwise), and, for what depends on the
-interpreter (the bootstrap, spawn children, a sourceless Composer, patching by code shape), in the Python factor too.
+concurrently: the kill switch, ``compatshim.auto`` and the sourceless copy once per family (what the shim patches
+there), ``tree`` once, in the newest release's env (the bootstrap, workers and children do not depend on the release),
+and, for what depends on the interpreter (a sourceless Composer, patching by code shape), the sourceless copy in the
+Python factor too.
 
 - ``tree``: the console script, with ``--monitor``; a script that never enables; dataloader workers; a ``spawn`` and a
   ``forkserver`` child; an existing ``sitecustomize`` that must still run; every Trainer of the tree gets a monitor.
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, dev_build_dir, role
+from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, dev_build_dir, role, runs_here
 
 pytestmark = pytest.mark.device
 
@@ -39,7 +41,10 @@ TESTS = Path(__file__).resolve().parents[1]
 JOB = TESTS / 'run_job.py'
 CHAINED_SITECUSTOMIZE = 'CHAINED = True  # an existing sitecustomize that compatshim run must still run\n'
 #: Which scenarios each role starts (the tests below carry the same places).
-STARTED = {'family': ('tree', 'kill-switch', 'auto', 'sourceless'), 'python': ('sourceless',)}
+STARTED = {'family': ('kill-switch', 'auto', 'sourceless'), 'python': ('sourceless',)}
+#: The tree (the console script, workers, spawn and forkserver children, a chained sitecustomize) does not depend on
+#: the release: started once, in the newest release's env.
+TREE = 'family:rejected'
 
 
 def sourceless_copy(root: Path) -> Path:
@@ -60,7 +65,7 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     run = [sys.executable, '-m', 'compatshim', 'run']
     job = [sys.executable, str(JOB)]
     scenarios: dict[str, tuple[list[str], dict[str, str]]] = {}
-    if 'tree' in STARTED.get(role(), ()):
+    if runs_here((TREE,)):
         existing = tmp / 'existing-site'
         existing.mkdir()
         (existing / 'sitecustomize.py').write_text(CHAINED_SITECUSTOMIZE)
@@ -126,7 +131,7 @@ def _placed_and_coherent(process: dict[str, Any], calls: int = 1) -> None:
 # --- tree ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 def test_script_that_never_enables(runs: dict[str, Any]) -> None:
     report = _report(runs, 'tree')
     assert report['start_modules'] == [], 'nothing heavy may be imported before the script imports Composer'
@@ -135,13 +140,13 @@ def test_script_that_never_enables(runs: dict[str, Any]) -> None:
     assert report['main']['verdict'] == ('patched' if IS_AFFECTED else 'unaffected')
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 def test_dataloader_workers_import_nothing_of_composer(runs: dict[str, Any]) -> None:
     modules = _report(runs, 'tree')['worker_modules']
     assert 'composer' not in modules and 'compatshim' not in modules, modules
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 @pytest.mark.parametrize('method', ['spawn', 'forkserver'])
 def test_multiprocessing_children(runs: dict[str, Any], method: str) -> None:
     child = _report(runs, 'tree')[method]
@@ -149,12 +154,12 @@ def test_multiprocessing_children(runs: dict[str, Any], method: str) -> None:
     _placed_and_coherent(child)
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 def test_existing_sitecustomize_still_runs(runs: dict[str, Any]) -> None:
     assert _report(runs, 'tree')['chained'] is True
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 @pytest.mark.parametrize('process', ['main', 'spawn', 'forkserver'])
 def test_run_monitor_attaches_a_monitor_to_every_trainer(runs: dict[str, Any], process: str) -> None:
     """``compatshim run --monitor``: every Trainer of every process of the run has a TransformMonitor, which says

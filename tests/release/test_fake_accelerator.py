@@ -34,6 +34,17 @@ def test_placement_of_structures() -> None:
     assert placement({'meta': 'x'}) == 'empty'
 
 
+def test_a_mapping_of_any_kind_is_searched_as_composer_moves_it() -> None:
+    """Hugging Face's ``BatchEncoding`` is a ``UserDict``, not a ``dict``: its tensors are found, as Composer's
+    ``batch_to_device`` finds them (it was ``empty``, and the monitor warned of a batch 'on the empty')."""
+    import collections
+
+    device = FakeAcceleratorDevice()
+    batch = collections.UserDict({'input_ids': torch.ones(2, 3), 'mask': torch.ones(2, 3)})
+    assert placement(batch) == 'host'
+    assert placement(collections.UserDict(device.batch_to_device(dict(batch)))) == 'device'
+
+
 def test_not_fooled_by_address_reuse() -> None:
     """A freed moved tensor's address reused by the next host batch must not make that batch look moved."""
     device = FakeAcceleratorDevice()
