@@ -16,24 +16,10 @@ from typing import Any, Optional
 from compatshim._placement import Word
 from compatshim._support import DEVICES, Family
 from compatshim.bench import rule
-from compatshim.bench.results import Result, comparable
+from compatshim.bench.results import Result
 from compatshim.bench.rule import Kind, Source
 
-__all__ = [
-    'COMPARABLE_BY',
-    'COSTS',
-    'LEGS',
-    'METRICS',
-    'PIPELINE_COMPARABLE_BY',
-    'PROBES',
-    'REFERENCE_LEGS',
-    'Gate',
-    'Leg',
-    'Metric',
-    'comparable',
-    'metric',
-    'pipeline_metrics',
-]
+__all__ = ['COMPARABLE_BY', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric']
 
 #: Composer's own ``batch_transforms`` and ``microbatch_transforms`` exist from 0.27.0.
 NATIVE = (Family.DROPPED, Family.REJECTED)

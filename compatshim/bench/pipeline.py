@@ -37,22 +37,12 @@ from compatshim.bench.results import (
     PipelineResult,
     Store,
     UnreadableResult,
+    comparable,
     quartiles,
     spread,
 )
 
-__all__ = [
-    'Gated',
-    'Pipeline',
-    'PipelineError',
-    'WAIT_LIMIT',
-    'as_pipeline',
-    'compare',
-    'load',
-    'measure',
-    'run',
-    'text',
-]
+__all__ = ['Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text']
 
 #: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
 #: plugin advises more dataloader workers above 5%).
@@ -226,7 +216,7 @@ def refuse_unlike(
     planned = PipelineResult(
         '', '', device, '', _comparable_by(name, accelerator(device), size, samples, pipeline), '', {}
     )
-    unlike = metrics.comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
+    unlike = comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         raise PipelineError(
             f'the baseline {baseline_name!r} is not comparable: {unlike}; save a new one with --save {baseline_name}'
@@ -398,7 +388,7 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     2: the baseline measured another pipeline, size or device; else 0) and the lines that say so (every outcome but
     ok, then one line of the verdict). A leg new in this release, or gone, is reported, never judged; the shim's legs
     that ran before are always judged (gone now: their placement says so)."""
-    unlike = metrics.comparable(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
+    unlike = comparable(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
     ran = {leg for leg, found in result.legs.items() if found.available}

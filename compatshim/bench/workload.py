@@ -22,16 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, Tensor
 
 from compatshim.bench.engine import Pipeline, Size
 
-__all__ = [
-    'Augment',
-    'RecipeTransform',
-    'bench_loader',
-    'bench_model',
-    'default_size',
-    'pipeline',
-    'recipe_loader',
-    'recipe_model',
-]
+__all__ = ['Augment', 'RecipeTransform', 'default_size', 'pipeline']
 
 
 def default_size(device: str) -> str:

@@ -4,11 +4,11 @@ Two topologies — one node of 2 ranks (``composer -n 2``), and two nodes of 2 r
 launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 127.0.0.1``) — and three legs: the
 script enables the shim itself (``shim``), a script that never mentions compatshim is started under
 ``compatshim run --monitor`` (``run``: the shim and the in-run monitor on every rank, nothing edited), and neither
-(``control``, strict xfail on affected releases). Each launch costs a
-launcher and its ranks, each importing Composer, so each runs where it can differ: one node under ``compatshim run`` in every family env (what is patched on the
-ranks; and on the forward-compat torch, whose ``torch.distributed`` is another), the script's own ``enable()`` once
-(a dropped release: how a rank enables does not depend on the family), the control once (the host family, where a wrong placement is what fails),
-and two nodes once (the newest release). All launches of an env run concurrently.
+(``control``, strict xfail on affected releases). Each launch costs a launcher and its ranks, each importing Composer,
+so each runs where it can differ: one node under ``compatshim run`` in every family env (what is patched on the ranks;
+and on the forward-compat torch, whose ``torch.distributed`` is another), the script's own ``enable()`` once (a
+dropped release: how a rank enables does not depend on the family), the control once (the host family, where a wrong
+placement is what fails), and two nodes once (the newest release). All launches of an env run concurrently.
 
 Coherence is per rank, as in 0.24.1: Composer seeds each rank with seed + rank, so each rank draws its own
 parameters once per step, and every microbatch on that rank carries that rank's draw.

@@ -1,10 +1,11 @@
 """The pytest plugin, as a user meets it: a test file of their own, using only the plugin's fixtures, run by pytest in
 a fresh process with the plugin found through its ``pytest11`` entry point.
 
-The user's test must pass with ``--compatshim`` (the plugin's option does not depend on the release: once, in the newest
-release's env, and on every Python of the factor), and fail without it on every affected family (0.25–0.26: the transform runs on the host; 0.27–0.28: never called; 0.29+:
-TypeError) — the plugin's own control leg. The options' parsing (the bare flag, a stage, a bad stage) is tested without
-a child, in ``tests/unit/test_plugin_options.py``.
+The user's test must pass with ``--compatshim`` (the plugin's option does not depend on the release: once, in the
+newest release's env, and on every Python of the factor), and fail without it on every affected family (0.25–0.26:
+the transform runs on the host; 0.27–0.28: never called; 0.29+: TypeError) — the plugin's own control leg. The
+options' parsing (the bare flag, a stage, a bad stage) is tested without a child, in
+``tests/unit/test_plugin_options.py``.
 """
 
 from __future__ import annotations
