@@ -1,15 +1,6 @@
-"""The monitor's recorder of steps (:class:`Steps`) and its placement policy, under :mod:`compatshim.monitor` (the
-Composer callback). Imports torch (through :mod:`compatshim._recorder`), never Composer.
-
-Per step (``LABEL``: the dataloader label, ``NAME``: the transform's argument name): ``data/LABEL/NAME/calls``,
-``.../on_device`` (the share of the calls whose input was on the accelerator), ``.../time_ms`` (on cuda and mps from
-device events read once completed, logged at the step they belong to; elsewhere this process's CPU time),
-``data/LABEL/bytes_to_device`` and ``.../bytes_to_device/DTYPE`` (moved by the trainer's device), ``data/LABEL/wait_ms``
-and ``.../wait_share`` (host wall time from asking for the batch until it reached the trainer, less the batch-level
-transforms and moves in it; and that over the step's). At a loop's end: ``data/LABEL/NAME/total_calls``,
-``.../median_calls``, ``.../median_time_ms``, ``data/LABEL/median_bytes_to_device``, ``.../median_wait_ms``,
-``.../median_wait_share``, ``data/LABEL/steps``, and a :class:`Summary`.
-"""
+"""The monitor's recorder of steps (:class:`Steps`, on an injected clock) and its placement policy, beneath
+:mod:`compatshim.monitor` (the Composer callback; the keys it logs: docs/monitor.md). Imports torch (through
+:mod:`compatshim._recorder`), never Composer."""
 
 from __future__ import annotations
 
@@ -43,22 +34,10 @@ class Target:
 
 @dataclasses.dataclass
 class _Open:
-    """The open step: its label, its transforms, when it began and how long it waited for data (host wall clock)."""
-
     label: str
     targets: list[Target]
-    since: float
+    since: float  # host wall clock
     wait: Optional[float] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """A step as recorded: its label, its count in its loop, its metrics, where each transform saw its batch."""
-
-    label: str
-    count: int
-    metrics: dict[str, float]
-    where: dict[str, Placement]
 
 
 @dataclasses.dataclass
@@ -72,9 +51,7 @@ class Timed:
 
 
 @dataclasses.dataclass
-class _Series:
-    """One transform of one loop: its slot, its per-step calls and times, and every call's placement."""
-
+class _Series:  # one transform of one loop: per step its calls and times; every call's placement
     slot: Slot
     calls: collections.deque[int] = dataclasses.field(default_factory=_recent)
     ms: collections.deque[float] = dataclasses.field(default_factory=_recent)
@@ -82,10 +59,7 @@ class _Series:
 
 
 @dataclasses.dataclass
-class _Loop:
-    """One fit, eval or predict of one label until its summary: per step the bytes moved, the wait for data and its
-    share of the step; the bytes by dtype; its transforms."""
-
+class _Loop:  # one fit, eval or predict of one label until its summary: per step, and the bytes by dtype
     steps: int = 0
     bytes: collections.deque[int] = dataclasses.field(default_factory=_recent)
     waits: collections.deque[float] = dataclasses.field(default_factory=_recent)
@@ -137,8 +111,9 @@ class Steps:
         """The loop ended: a step opened for a batch that never came is no step."""
         self._open = None
 
-    def end(self, step: int) -> Optional[Ended]:
-        """The open step ended, its number ``step`` (``None``: none was open)."""
+    def end(self, step: int) -> Optional[tuple[str, int, dict[str, float], dict[str, Placement]]]:
+        """The open step ended, its number ``step``: its label, its count in its loop, its metrics and where each
+        transform saw its batch (``None``: none was open)."""
         done, self._open = self._open, None
         if done is None:
             return None
@@ -172,7 +147,7 @@ class Steps:
         metrics[f'data/{label}/wait_ms'], metrics[f'data/{label}/wait_share'] = wait * 1e3, loop.shares[-1]
         metrics[f'data/{label}/bytes_to_device'] = loop.bytes[-1]
         metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
-        return Ended(label, loop.steps, metrics, where)
+        return label, loop.steps, metrics, where
 
     def collect(self, final: bool = False) -> list[Timed]:
         """The transform times whose events have completed (``final``: all, waiting for the last)."""
@@ -199,13 +174,13 @@ class Steps:
             where, per_step = summarize_places(one.places), statistics.median(one.calls)
             median, in_all = (None, None) if ms is None else (statistics.median(ms), sum(ms))
             transforms[name] = TransformSummary(where, calls, per_step, median, stage, fate, in_all)
-        steps, dtypes = loop.steps, {dtype: n // max(loop.steps, 1) for dtype, n in loop.dtypes.most_common()}
+        dtypes = {dtype: n // max(loop.steps, 1) for dtype, n in loop.dtypes.most_common()}
         waits = statistics.median(loop.waits) * 1e3 if loop.waits else None
         shares = statistics.median(loop.shares) if loop.shares else None
         moved = statistics.median(loop.bytes) if loop.bytes else 0
-        in_all = self.steps_in_all.get(label, steps)
+        in_all = self.steps_in_all.get(label, loop.steps)
         dtypes = {dtype: n for dtype, n in dtypes.items() if n}
-        return Summary(label, composer, rank, steps, in_all, transforms, moved, dtypes, waits, shares)
+        return Summary(label, composer, rank, loop.steps, in_all, transforms, moved, dtypes, waits, shares)
 
 
 def summary_metrics(summary: Summary) -> dict[str, float]:

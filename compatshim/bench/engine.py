@@ -372,14 +372,14 @@ def measure(
     return legs
 
 
-def common(on: Accelerator, composer: str, size: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
+def common(on: Accelerator, composer: str, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The fields of every result: the release, the device, the fingerprint (``fields``: a bench's own keys)."""
     return {
         'composer': composer,
         'torch': torch.__version__,
         'device': on.name,
         'family': getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        'fingerprint': fingerprint(on, size, fixed, **fields),
+        'fingerprint': fingerprint(on, of, fixed, **fields),
         'measured_at': now(),
     }
 
