@@ -50,6 +50,16 @@ class Timed:
     ms: float = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """A step that ended: its label, its count in its loop, its metrics, and where each transform saw its batch."""
+
+    label: str
+    count: int
+    metrics: dict[str, float]
+    where: dict[str, Placement]
+
+
 @dataclasses.dataclass
 class _Series:  # one transform of one loop: per step its calls and times; every call's placement
     slot: Slot
@@ -111,9 +121,8 @@ class Steps:
         """The loop ended: a step opened for a batch that never came is no step."""
         self._open = None
 
-    def end(self, step: int) -> Optional[tuple[str, int, dict[str, float], dict[str, Placement]]]:
-        """The open step ended, its number ``step``: its label, its count in its loop, its metrics and where each
-        transform saw its batch (``None``: none was open)."""
+    def end(self, step: int) -> Optional[Ended]:
+        """The open step ended, its number ``step`` (``None``: none was open)."""
         done, self._open = self._open, None
         if done is None:
             return None
@@ -147,7 +156,7 @@ class Steps:
         metrics[f'data/{label}/wait_ms'], metrics[f'data/{label}/wait_share'] = wait * 1e3, loop.shares[-1]
         metrics[f'data/{label}/bytes_to_device'] = loop.bytes[-1]
         metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
-        return label, loop.steps, metrics, where
+        return Ended(label, loop.steps, metrics, where)
 
     def collect(self, final: bool = False) -> list[Timed]:
         """The transform times whose events have completed (``final``: all, waiting for the last)."""
