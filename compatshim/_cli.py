@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import warnings
 from collections.abc import Sequence
@@ -65,28 +64,14 @@ def _doctor_command(args: argparse.Namespace) -> int:
 
 
 def _summary(result: Any) -> str:
-    """What a bench run measured, in a few lines (the judging is ``compatshim report``'s)."""
-    from compatshim.bench.metrics import METRICS
-    from compatshim.bench.report import plain_words
+    """What a bench run measured (the judging is ``compatshim report``'s)."""
+    from compatshim.bench import report
 
     planted = f', {result.planted_text}' if result.planted else ''
-    size = result.fingerprint['size']['name']
-    lines = [f'{result.env} ({result.family}), size {size}, {result.elapsed_s:.0f} s{planted}']
-    lines.append(f'  {"leg":20}{"placement":14}{"coherence":34}{"samples/s":>16}')
-    for name, leg in result.legs.items():
-        if not leg.available:
-            lines.append(f'  {name:20}n/a: {leg.reason}')
-            continue
-        speed = f'{statistics.median(leg.samples_per_s):.0f}' if leg.samples_per_s else 'not timed'
-        lines.append(f'  {name:20}{leg.placement!s:14}{leg.coherence_text:34}{speed:>16}')
-    for metric in METRICS:  # every metric measured here, as its kind shows it (median ± IQR, a count, a check)
-        if metric.applies(result) and metric.read(result):
-            lines.append(f'  {metric.id:36} {metric.show(result)}')
-    for name, leg in result.legs.items():  # the heavy pipeline without and with the shim, as the monitor saw it
-        if leg.monitor:
-            lines.append(f'  monitor, {name}: {leg.monitor}')
-    lines.append(f'  {"recipe: plain device_transforms":36} {plain_words(result.recipe["unpatched"])}')
-    return '\n'.join(lines)
+    head = (
+        f'{result.env} ({result.family}), size {result.fingerprint["size"]["name"]}, {result.elapsed_s:.0f} s{planted}'
+    )
+    return report.text(result, head, report.reference_lines(result))
 
 
 #: The pipeline bench's own options, and the reference bench's it does not take.

@@ -1,15 +1,10 @@
 """Which transforms each ``DataSpec`` was given, where each one sits, and what became of it — keyed by its dataloader.
 
-A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28 assign ``device_transforms``, then overwrite
-it), and a callback sees only the running dataloader (``state.dataloader``), not its DataSpec. So the DataSpec is
-*noted* when it is built, by the wrapper that knows where each transform went: the shim's own ``DataSpec.__init__``
-wrapper (:mod:`compatshim.patches.data_spec`: it put the user's ``device_transforms`` inside its hooks) while the shim
-is on, and the monitor's observe-only watch (:mod:`compatshim.patches.watch`: Composer's own placement) while it is
-armed. Each transform is a :class:`Slot`: the attributes that hold the callable, the stage it runs at, and its
-:class:`Fate`. :func:`tap` wraps a slot's callable in every place it sits, and takes the wrapper out again: the monitor
-(and through it the bench and the doctor) taps through it and knows nothing of the shim's hooks.
-
-A note holds weak references to the DataSpec and its dataloader; imports nothing heavy.
+A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28), and a callback sees only the running
+dataloader, not its DataSpec. So the DataSpec is *noted* when it is built, by the wrapper that knows where each
+transform went: the shim's (:mod:`compatshim.patches.data_spec`) while the shim is on, the monitor's observe-only watch
+(:mod:`compatshim.patches.watch`) while it is armed. The monitor taps through :func:`tap` and knows nothing of the
+shim's hooks. A note holds weak references to the DataSpec and its dataloader; imports nothing heavy.
 """
 
 from __future__ import annotations

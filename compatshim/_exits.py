@@ -1,9 +1,8 @@
-"""Every exit code of the ``compatshim`` commands, in one table: the code uses the constants, docs/tables.py
-writes :data:`TABLE` into docs/doctor.md (``tests/unit/test_docs.py`` fails while that copy is stale). Imports nothing.
+"""Every exit code of the ``compatshim`` commands, in one table (docs/tables.py writes :data:`TABLE` into
+docs/doctor.md). Imports nothing.
 
-Exit 2 means one thing everywhere: *nothing was done*, because the input (an option, a setting, a file) is not
-allowed or the environment cannot answer the question asked (the doctor: Composer or torch missing, a release
-outside the support table, an absent device). The message, on one line, says which.
+Exit 2 means one thing everywhere: *nothing was done*, because the input is not allowed or the environment cannot
+answer the question asked; the message, on one line, says which.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Which Composer loop is running on this thread, and on which device.
 
 The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
-trainer's own ``Device``. The loop patches (``patches/trainer.py``) push a frame for the duration of a train, eval or
-predict loop, and the transforms read the innermost one. Eval inside ``fit`` nests a frame inside the train frame.
-
-On 0.25–0.26, which have no per-microbatch transform hook, stage ``microbatch`` *arms* the frame: for the rest of the
-loop, each move made by that trainer's device is followed by the transform. The interposer lives on the device
-instance only while the arming frame is open, and is removed exactly when it closes.
+trainer's own ``Device``. The loop patches (``patches/trainer.py``) push a frame for each train, eval or predict loop
+(eval inside ``fit`` nests), and the transforms read the innermost one. On 0.25–0.26, which have no per-microbatch
+hook, stage ``microbatch`` *arms* the frame: each move by that trainer's device is followed by the transform.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The shim's settings, from the arguments given in code and the environment, validated in one place.
 
 Every entry point reads them here — ``enable()``, ``compatshim run``, ``compatshim doctor``, the pytest plugin — so a
-bad value gets the same one-line message everywhere (the setting, the value, what is allowed), and the same exit code
-on the command line (:data:`compatshim._exits.NOT_DONE`).
-
-- ``stage``: the argument, else ``COMPATSHIM_STAGE``, else ``'batch'``;
-- ``allow_untested``: the argument (``True`` or ``False``), else ``COMPATSHIM_ALLOW_UNTESTED``, else off;
-- the kill switch ``COMPATSHIM_DISABLE``: no argument overrides it;
-- the monitor ``COMPATSHIM_MONITOR`` (``compatshim run --monitor``): ``off``, ``on`` or ``strict``; read by
-  ``compatshim run``'s import hook and ``import compatshim.auto``, never by ``enable()``.
-
-A valid argument beats an invalid variable (the variable is ignored, with a warning naming it); an invalid variable
-with no argument to stand in for it, or an invalid argument, raises :class:`ConfigurationError`. Imports nothing
-heavy.
+bad value gets the same one-line message everywhere, and the same exit code on the command line
+(:data:`compatshim._exits.NOT_DONE`). Which source wins: :data:`SETTINGS`; a valid argument beats an invalid variable
+(ignored, with a warning naming it). ``COMPATSHIM_MONITOR`` is read by ``compatshim run``'s import hook and
+``import compatshim.auto``, never by ``enable()``. Imports nothing heavy.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Checks that Composer's patch targets still have the shape a family's patch plan expects.
+"""Checks, on every ``enable()`` before anything is patched, that Composer's patch targets still have the shape a
+family's patch plan expects: for a release in the support table a mismatch means a broken install; for an untested
+release it is how the shim refuses code it has not seen.
 
-Run on every ``enable()`` before anything is patched. For a release in the support table a mismatch means a broken
-install; for an untested release (opted in) it is how the shim refuses code it has not seen.
-
-The checks read code objects, not source: the names a method and every function nested in it use
-(``co_names``), so byte-compiled installs without ``.py`` files are checked exactly like source installs. Other
-code's wrappers on a target (``functools.wraps``, wrapt) are seen through by ``__wrapped__``.
+The checks read code objects (``co_names``), not source, so byte-compiled installs are checked like source installs;
+other code's wrappers on a target are seen through by ``__wrapped__``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Everything the shim knows about this process, in one object: :data:`STATE`.
-
-After gevent's ``monkey._state`` and OpenTelemetry's ``BaseInstrumentor``: whether the shim is on and with which
-default stage, the family its patches were made for, whether an untested release was opted in, its patches (one
-:class:`~compatshim._patching.PatchSet`: every attribute it replaced, with what was there before), and the lock that
-serialises ``enable()``/``disable()``.
-"""
+"""Everything the shim knows about this process, in one object (:data:`STATE`), after gevent's ``monkey._state`` and
+OpenTelemetry's ``BaseInstrumentor``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""The support table: which Composer releases compatshim knows, and what each needs.
+"""The support table: which Composer releases compatshim knows, and what each needs; the single source of truth for
+version gating.
 
-This module is the single source of truth for version gating. The code gates on it, ``tox.ini`` has one env per
-row of :data:`TESTED_RELEASES` (and the CI workflow plans from tox.ini), ``matrix/`` has one frozen requirement file
-per row, and the README's support table has one line per row (:func:`markdown_table`; the docs render it from here).
-tox.ini and the README are edited by hand; ``tests/unit/test_support_table.py`` fails until all of them agree. It
-imports nothing heavy: only :mod:`packaging`.
+``tox.ini`` has one env per row of :data:`TESTED_RELEASES`, ``matrix/`` one frozen requirement file per row, and the
+README one line per row (:func:`markdown_table`); ``tests/unit/test_support_table.py`` fails until all of them agree.
+Imports nothing heavy: only :mod:`packaging`.
 """
 
 from __future__ import annotations

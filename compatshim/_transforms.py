@@ -1,13 +1,8 @@
-"""The callables the shim installs on a ``DataSpec`` in place of Composer's transform hooks.
-
-Composer calls two hooks, both with the batch alone:
-
-* the batch-level hook (``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), once per batch, before
-  the batch is split and (on these releases) before it is moved;
-* the microbatch-level hook (``microbatch_transforms``, 0.27+ only), after each microbatch is moved.
-
-:class:`BatchHook` and :class:`MicrobatchHook` wrap whatever Composer would have called (``native``) and add the
-user's ``device_transforms`` at the right stage. They are plain, picklable objects holding references, no closures.
+"""The callables the shim installs on a ``DataSpec`` in place of Composer's transform hooks, both called with the
+batch alone: the batch-level hook (``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), once per batch,
+before the batch is split and moved; the microbatch-level hook (``microbatch_transforms``, 0.27+), after each
+microbatch is moved. :class:`BatchHook` and :class:`MicrobatchHook` wrap what Composer would have called (``native``)
+and add the user's ``device_transforms`` at the right stage; plain, picklable objects, no closures.
 """
 
 from __future__ import annotations
@@ -120,11 +115,8 @@ class BatchHook:
         has_microbatch_hook: bool,
         spec_name: str = 'a DataSpec',
     ) -> None:
-        self.transform = transform
-        self.stage = stage
-        self.native = native
+        self.transform, self.stage, self.native, self.spec_name = transform, stage, native, spec_name
         self.has_microbatch_hook = has_microbatch_hook
-        self.spec_name = spec_name
         self.warned = False  # the disabled-shim warning is given once per DataSpec
 
     def __call__(self, batch: Batch) -> Batch:
@@ -166,16 +158,9 @@ class MicrobatchHook:
     """
 
     def __init__(
-        self,
-        transform: Transform,
-        stage: Optional[_stages.Stage],
-        native: Transform,
-        spec_name: str = 'a DataSpec',
+        self, transform: Transform, stage: Optional[_stages.Stage], native: Transform, spec_name: str = 'a DataSpec'
     ) -> None:
-        self.transform = transform
-        self.stage = stage
-        self.native = native
-        self.spec_name = spec_name
+        self.transform, self.stage, self.native, self.spec_name = transform, stage, native, spec_name
 
     def __call__(self, microbatch: Batch) -> Batch:
         if STATE.stage is not None and _stage_of(self) == 'microbatch':

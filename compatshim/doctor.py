@@ -1,17 +1,9 @@
 """``compatshim doctor``: am I affected, and does the shim fix it here, on my device, now?
 
-Prints the Python, torch and Composer versions, the devices present, the verdict for this release from the support
-table, what ``enable()`` would patch, and a live self-check: a 2-step fit, an eval and a predict on the best device
-present (cuda, mps, else the CPU fake accelerator), with a probe ``device_transforms``, once without the shim and
-once with it. The self-check runs in a child process (same interpreter, same ``sys.path``), so the calling process's
-shim state — enabled or not, stage, ``allow_untested``, family, patches — is exactly what it was.
-
-Exit codes: 0 fine (unaffected, or affected and fixed by the shim enabled in this process: by ``compatshim.enable()``,
-``import compatshim.auto``, or ``compatshim run``, whose import hook enables it once Composer is imported, so that
-``compatshim run -- compatshim doctor`` confirms a fix from the command line); 1 affected, and the shim fixes it here:
-add the one line (or the kill switch is set); 2 cannot tell (Composer or torch missing, a release
-outside the support table without ``--allow-untested``, or the asked-for device absent); 3 affected, and the shim
-does NOT fix it here (please report the output).
+Prints the versions, the devices present, the verdict from the support table, what ``enable()`` would patch, and a
+live self-check: a 2-step fit, an eval and a predict on the best device present (cuda, mps, else the CPU fake
+accelerator) with a probe ``device_transforms``, once without the shim and once with it, in a child process, so that
+the calling process's shim state is exactly what it was. The exit codes: :mod:`compatshim._exits`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``TransformMonitor``: a Composer callback that shows, in your own run, where the data transforms ran.
 
-Per step and dataloader label, for every transform a DataSpec was given, it logs where the transform's input was, its
-calls, their time, the bytes moved to the device and the wait for data (the keys: :mod:`compatshim._steps`), and a
-summary at the end of each fit, eval and predict. On an accelerator a ``device_transforms`` dropped, or whose input was
-on the host, is warned of once per DataSpec as soon as that is known, before the first forward (``strict``: raised). It
-never makes the host wait for the device, never reads tensor data and makes no collective call. Importing this module
-arms the observe-only watch of ``DataSpec.__init__`` (:func:`compatshim.patches.watch.watch`): the DataSpecs built
-from then on are known to it. Imports Composer; the user doc is docs/monitor.md.
+It logs, per step and dataloader label, where each transform a DataSpec was given saw its input, its calls, their
+time, the bytes moved to the device and the wait for data, and a summary at the end of each fit, eval and predict (the
+keys: docs/monitor.md; the recorder and its policy: :mod:`compatshim._steps`). It never makes the host wait for the
+device, never reads tensor data and makes no collective call. Importing this module arms the observe-only watch of
+``DataSpec.__init__`` (:func:`compatshim.patches.watch.watch`). Imports Composer.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from typing import Any, Callable, Optional
 
 from composer.core import Callback, State
 from composer.loggers import Logger
+from composer.utils import dist
 
 from compatshim import _dataspecs, _patching, _recorder, _settings, _steps
 from compatshim._accelerator import of_device
@@ -101,14 +100,11 @@ class TransformMonitor(Callback):
 
     @property
     def _clock(self) -> Any:
-        """The clock the transforms are timed with: the recorder's (set from the device at ``init``)."""
         return self._steps.transform_clock
 
     @_clock.setter
     def _clock(self, clock: Any) -> None:
         self._steps.transform_clock = clock
-
-    # --- Composer events: one job each --------------------------------------------------------------------------------
 
     def init(self, state: State, logger: Logger) -> None:
         self._accelerator = getattr(state.device, 'name', 'cpu') != 'cpu'
@@ -176,8 +172,6 @@ class TransformMonitor(Callback):
         for label, steps in state.get('steps_in_all', {}).items():
             self._steps.steps_in_all[label] += int(steps)
 
-    # --- which DataSpec, and its taps ---------------------------------------------------------------------------------
-
     def _find(self, state: State, label: str) -> Optional[tuple[Any, Note]]:
         """The running dataloader's DataSpec and its note: noted when it was built, or, for an evaluator built before
         any watch, what it visibly holds."""
@@ -207,8 +201,6 @@ class TransformMonitor(Callback):
             if slot is not None and slot.fate is Fate.DROPPED:
                 self._complain(watched, Placement.NEVER_CALLED, label)
         return watched
-
-    # --- steps --------------------------------------------------------------------------------------------------------
 
     def _begin(self, state: State, label: str) -> None:
         watched = self._reading = self._watch(state, label)
@@ -248,7 +240,7 @@ class TransformMonitor(Callback):
         self._steps.drop()
         self._reading = None
         self._read_late(logger, final=True)
-        summary = self._steps.summary(label, self.composer, _rank(), STATE.stage)
+        summary = self._steps.summary(label, self.composer, int(dist.get_global_rank()), STATE.stage)
         if summary is not None:
             logger.log_metrics(_steps.summary_metrics(summary))
             logger.log_traces({f'data/{label}/summary': summary.line})
@@ -267,11 +259,9 @@ class TransformMonitor(Callback):
         warnings.warn(message, CompatShimWarning, stacklevel=4)
 
 
-# --- every Trainer of the run, with nothing to edit (compatshim run --monitor, COMPATSHIM_MONITOR) --------------------
-
-#: The monitor's own patch set: ``Trainer.__init__``, while attaching.
+#: The monitor's own patch set (``Trainer.__init__``, while attaching to every Trainer of the run), and the arguments
+#: of the monitor it adds.
 ATTACHING = _patching.PatchSet('compatshim.monitor.unwatch()')
-#: The arguments of the monitor ``Trainer.__init__`` adds, while attaching.
 _ATTACH: dict[str, Any] = {}
 
 
@@ -280,12 +270,8 @@ def _make_trainer_init(original: Callable[..., None], record: _patching.Patch) -
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if not record.active:
-            record.original(self, *args, **kwargs)
-            return
-        try:
-            bound = signature.bind_partial(self, *args, **kwargs)
-        except TypeError:  # let Composer report its own argument error
+        bound = _patching.bound(signature, self, *args, **kwargs) if record.active else None
+        if bound is None:  # switched off; or a call that does not bind: Composer reports its own argument error
             record.original(self, *args, **kwargs)
             return
         callbacks = bound.arguments.get('callbacks')
@@ -338,13 +324,7 @@ def run_record(strict: bool = False) -> dict[str, Any]:
     }
 
 
-watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it (see the docstring)
+watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it
 if STATE.attach_pending is not None:  # compatshim run's hook fired inside this module's own import of Composer
     attach_to_every_trainer(**STATE.attach_pending)
     STATE.attach_pending = None
-
-
-def _rank() -> int:
-    from composer.utils import dist
-
-    return int(dist.get_global_rank())

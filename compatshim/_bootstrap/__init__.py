@@ -1,18 +1,10 @@
 """``compatshim run``: start a command with the shim armed in every Python process of the run.
 
 After ``ddtrace-run`` and ``opentelemetry-instrument``: this package's directory (:data:`BOOTSTRAP_DIR`, inside the
-installed package, never a temporary one) goes first on ``PYTHONPATH``, and the settings go into environment
-variables; every Python process started from the command — Composer's launcher and its ranks, ``multiprocessing``
-spawn/forkserver children, subprocesses — inherits both. Its ``sitecustomize`` (the file beside this one) chains to
-any ``sitecustomize`` that was already there and arms an import hook that calls ``compatshim.enable()`` once Composer
-has been imported. A process that never imports Composer imports nothing of torch, Composer or ``compatshim``.
-
-Environment (docs/configuration.md has every setting, its default and precedence):
-
-- ``COMPATSHIM_STAGE``: the default stage of ``enable()`` (``batch`` or ``microbatch``);
-- ``COMPATSHIM_ALLOW_UNTESTED``: ``1`` to patch an untested release whose code has a known shape;
-- ``COMPATSHIM_DISABLE``: the kill switch; it still wins (``enable()`` patches nothing and warns);
-- ``COMPATSHIM_MONITOR``: ``1`` (or ``strict``) to attach a ``TransformMonitor`` to every Trainer of the run.
+installed package) goes first on ``PYTHONPATH`` and the settings into environment variables (docs/configuration.md),
+which every Python process started from the command inherits — Composer's launcher and its ranks, ``multiprocessing``
+children, subprocesses. Its ``sitecustomize`` (the file beside this one) chains to any ``sitecustomize`` that was
+already there and arms an import hook that enables the shim once Composer has been imported.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Put first on ``PYTHONPATH`` by ``compatshim run``: arm the shim in this process, then run any other sitecustomize.
 
-Cheap by design: it imports nothing beyond what the interpreter has already loaded at start-up. It puts a finder on
-``sys.meta_path`` that waits for ``import composer``; once Composer's package has been executed it calls
-``compatshim.enable()`` (settings from ``COMPATSHIM_STAGE`` / ``COMPATSHIM_ALLOW_UNTESTED``; ``COMPATSHIM_DISABLE``
-still wins) and, with ``COMPATSHIM_MONITOR`` on, attaches the monitor to every Trainer (``compatshim._api.start``).
-Processes that never import Composer never import compatshim, torch or Composer.
+Cheap by design: it imports nothing beyond what the interpreter has already loaded at start-up, and puts a finder on
+``sys.meta_path`` that calls ``compatshim._api.start`` once Composer's package has been executed. Processes that never
+import Composer never import compatshim, torch or Composer.
 """
 
 import os

@@ -1,17 +1,8 @@
-"""The benchmark: one engine for the reference workload (``compatshim bench``) and your own pipeline (``--pipeline``).
-
-* :mod:`compatshim.bench.metrics`: the legs and the metrics, one table each (no torch).
-* :mod:`compatshim.bench.rule`: the kinds of metric, the comparison rule and the judge (no torch).
-* :mod:`compatshim.bench.results`: the result record, its JSON, the baseline store (no torch).
-* :mod:`compatshim.bench.engine`: legs checked and timed, the schedule, the round loop, the window timer (torch).
-* :mod:`compatshim.bench.workload`: the built-in reference pipelines, ``augment`` and ``recipe`` (torch).
-* :mod:`compatshim.bench.reference`: ``compatshim bench``: the reference pipelines and the probes, on the engine.
-* :mod:`compatshim.bench.overhead`: the probes: compatshim's own paths against the direct path.
-* :mod:`compatshim.bench.pipeline`: ``compatshim bench --pipeline``: your pipeline on the engine, its verdicts, its
-  gate (:func:`~compatshim.bench.pipeline.run`); :class:`Pipeline`.
-* :mod:`compatshim.bench.report`: the Markdown/JSON report and its charts (no torch; matplotlib for the charts).
-
-Importing this package imports nothing heavy; ``compatshim.bench.Pipeline`` imports torch when it is first used.
+"""The benchmark: one engine (:mod:`~compatshim.bench.engine`) for the reference workload (``compatshim bench``,
+:mod:`~compatshim.bench.reference` with its built-in pipelines in :mod:`~compatshim.bench.workload`) and your own
+pipeline (``--pipeline``, :mod:`~compatshim.bench.pipeline`); the legs and metrics (:mod:`~compatshim.bench.metrics`),
+the rule (:mod:`~compatshim.bench.rule`), the records and the store (:mod:`~compatshim.bench.results`), what people
+read (:mod:`~compatshim.bench.report`). Importing it imports nothing heavy; ``Pipeline`` imports torch when first used.
 """
 
 from typing import Any

@@ -1,21 +1,11 @@
-"""The one measuring engine, for the reference workload and a user's pipeline alike.
+"""The one measuring engine, for the reference workload and a user's pipeline alike (docs/harness.md).
 
-A :class:`Pipeline` (a dataloader, a transform, a model) is measured leg by leg
-(:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer ``Trainer`` over the same batches, differing only in
-how the transform is passed and whether the shim is on:
-
-1. :func:`check`: every leg runs :data:`CHECK_STEPS` untimed steps on an *observable* device (the CPU fake
-   accelerator, or the real cuda/mps device) under a ``TransformMonitor``: placement, calls per step, bytes by dtype,
-   or why the leg cannot run (absent on this release, rejected, failing).
-2. :func:`time`: the legs that are timed get a Trainer on Composer's own device for the accelerator (plain
-   ``DeviceCPU`` on cpu: the same tensors whatever the leg, so the same transform costs the same on every leg),
-   with a monitor (the transform's time, the wait for data). One warm-up round, then ``rounds``: a window is one
-   ``fit(duration='1ep')`` of ``steps`` batches; each pair of legs whose ratio is judged runs back to back, its order
-   alternating from round to round (:func:`schedule`); a leg's ``beside_s`` is its partner's window of the same round.
-   Windows are timed on the accelerator's clock (this process's CPU time on cpu, one torch thread; wall time, the
-   device synchronised at the edges, on cuda/mps), with the collector paused inside them.
-
-Imports torch (and Composer, when measuring).
+A :class:`Pipeline` is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer
+``Trainer`` over the same batches: :func:`check` runs every leg a few untimed steps on an *observable* device under a
+``TransformMonitor`` (placement, calls, bytes, or why it cannot run); :func:`time` runs the timed legs on Composer's
+own device (plain ``DeviceCPU`` on cpu: the same transform costs the same on every leg) in rounds of windows, the legs
+of each judged pair back to back (:func:`schedule`), on the accelerator's clock. :func:`session` is what every bench
+fixes around that (:func:`pinned`). Imports torch (and Composer, when measuring).
 """
 
 from __future__ import annotations
@@ -46,7 +36,7 @@ from compatshim._support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.bench.metrics import LEGS, Leg
 from compatshim.bench.results import LegResult, LegStatus, now
 
-__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Size', 'measure', 'pinned', 'ready', 'schedule', 'time']
+__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Session', 'Size', 'measure', 'schedule', 'session', 'time']
 
 #: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
 #: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
@@ -58,8 +48,8 @@ CHECK_STEPS = 2
 
 @dataclasses.dataclass(frozen=True)
 class Size:
-    """How big a run is: steps per window and timed rounds (after a warm-up round); for the reference workloads also
-    their batch, microbatch, image side and blur kernel (0 for a user's pipeline: its own)."""
+    """Steps per window and timed rounds (after a warm-up round); the reference workloads' batch, microbatch, image
+    side and blur kernel (0 for a user's pipeline: its own)."""
 
     name: str
     steps: int
@@ -99,8 +89,8 @@ class Pipeline:
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's message as one line of at most 200 characters."""
-    line = (str(exc).strip().splitlines() or [''])[0]
+    """An exception as one line: its type and the first line of its message, at most 200 characters."""
+    line = f'{type(exc).__name__}: ' + (str(exc).strip().splitlines() or [''])[0]
     return line if len(line) <= 200 else line[:197] + '...'
 
 
@@ -108,13 +98,11 @@ class Source:
     """One iterator over a dataloader, shared by every leg (one set of workers), started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self._iterator: Optional[Iterator[Any]] = None
+        self.loader, self._iterator = loader, None  # type: Any, Optional[Iterator[Any]]
 
     def next(self) -> Any:
         for _ in range(2):
-            if self._iterator is None:
-                self._iterator = iter(self.loader)
+            self._iterator = self._iterator or iter(self.loader)
             try:
                 return next(self._iterator)
             except StopIteration:
@@ -136,8 +124,7 @@ class Windows:
             yield from self.replay
             return
         assert self.source is not None
-        for _ in range(self.steps):
-            yield self.source.next()
+        yield from (self.source.next() for _ in range(self.steps))
 
 
 def _consumer() -> Any:
@@ -168,8 +155,8 @@ def samples_in(pipeline: Pipeline, batch: Any) -> int:
 
 
 def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: int, monitor: Any, fn: Any) -> Any:
-    """A Trainer for ``leg`` over ``loader`` on the Composer ``device``, its DataSpec built with the shim in the leg's
-    state (DataSpecs convert when they are built), ``monitor`` among its callbacks, ``fn`` as its transform."""
+    """A Trainer for ``leg`` over ``loader`` on ``device`` with ``monitor``, its DataSpec built with the shim in the
+    leg's state (DataSpecs convert when they are built) and ``fn`` as its transform."""
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
@@ -217,25 +204,21 @@ def check(
 
     family, out = family_of(installed('mosaicml') or ''), {}
     for name in names:
-        leg = LEGS[name]
+        leg, monitor, tap = LEGS[name], TransformMonitor(), Tap(pipeline.transform)
         out[name] = LegResult(leg.description, LegStatus.NOT_HERE, leg.missing(family), Placement.UNAVAILABLE)
         if out[name].reason:
             continue
-        monitor, tap = TransformMonitor(), Tap(pipeline.transform)
         with quiet():
             try:
                 trainer = _trainer(leg, pipeline, loader(leg), on.observable_device(), samples, monitor, tap)
             except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
-                out[name] = dataclasses.replace(
-                    out[name], status=LegStatus.REJECTED, reason=f'TypeError: {first_line(exc)}'
-                )
+                out[name] = dataclasses.replace(out[name], status=LegStatus.REJECTED, reason=first_line(exc))
                 continue
             try:
                 compatshim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
                 trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
-                reason = f'{type(exc).__name__}: {first_line(exc)}'
-                out[name] = LegResult(leg.description, LegStatus.FAILED, reason, tap.window.where)
+                out[name] = LegResult(leg.description, LegStatus.FAILED, first_line(exc), tap.window.where)
                 continue
             finally:
                 compatshim.disable()
@@ -270,50 +253,54 @@ class Run:
 
     def timings(self, leg: LegResult) -> LegResult:
         """``leg`` (its check) with this run's timings: per round and per window, and the monitor's medians."""
+        if self.failed:
+            return dataclasses.replace(leg, status=LegStatus.FAILED, reason=self.failed)
         argument = self.leg.argument or ''
         seen = [(w, s.transforms[argument]) for w, s in zip(self.windows, self.summaries) if argument in s.transforms]
-        ms = [t.ms_per_step for _, t in seen if t.ms_per_step is not None]
-        shares = [t.ms_in_all / (w * 1e3) for w, t in seen if t.ms_in_all is not None and w > 0]
-        waits = [s.wait_ms_per_step for s in self.summaries if s.wait_ms_per_step is not None]
-        waited = [s.wait_share for s in self.summaries if s.wait_share is not None]
         return dataclasses.replace(
             leg,
             partner=self.partner,
             round_s=self.round_s,
             beside_s=self.beside_s,
             samples_per_s=[n / s for n, s in zip(self.samples, self.windows) if s > 0],
-            transform_ms=statistics.median(ms) if ms else None,
-            transform_share=statistics.median(shares) if shares else None,
-            wait_ms=statistics.median(waits) if waits else None,
-            wait_share=statistics.median(waited) if waited else None,
+            transform_ms=_median(t.ms_per_step for _, t in seen),
+            transform_share=_median(t.ms_in_all / (w * 1e3) for w, t in seen if t.ms_in_all is not None and w > 0),
+            wait_ms=_median(s.wait_ms_per_step for s in self.summaries),
+            wait_share=_median(s.wait_share for s in self.summaries),
         )
 
 
-def runs(
-    pipeline: Pipeline,
-    names: list[str],
-    accelerator: Accelerator,
-    loader: Callable[[Leg], Any],
-    samples: int,
-    transform: Optional[Callable[[Leg], Any]] = None,
-) -> dict[str, Run]:
-    """A timed Trainer per leg on Composer's own device, each with a monitor (``transform(leg)``: the leg's transform
-    instead of the pipeline's, a planted slowdown)."""
-    from compatshim.monitor import TransformMonitor
+def _median(values: Iterator[Optional[float]]) -> Optional[float]:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
 
-    made = {}
-    for name in names:
-        leg, monitor = LEGS[name], TransformMonitor()
-        fn = pipeline.transform if transform is None else transform(leg)
-        device = accelerator.composer_device()
-        made[name] = Run(leg, _trainer(leg, pipeline, loader(leg), device, samples, monitor, fn), monitor)
-    return made
+
+@dataclasses.dataclass
+class Session:
+    """One bench run: its accelerator, the installed Composer, its progress lines, what :func:`pinned` fixed."""
+
+    on: Accelerator
+    composer: str
+    say: Callable[[str], None]
+    fixed: dict[str, Any]
+    started: float = dataclasses.field(default_factory=_clock.perf_counter)
+
+    def fields(self, of: Size, **keys: Any) -> dict[str, Any]:
+        """The fields of every result (``keys``: a bench's own fingerprint keys)."""
+        return {
+            'composer': self.composer,
+            'torch': torch.__version__,
+            'device': self.on.name,
+            'family': getattr(family_of(self.composer), 'value', UNAFFECTED_FAMILY),
+            'fingerprint': fingerprint(self.on, of, self.fixed, **keys),
+            'measured_at': now(),
+            'elapsed_s': _clock.perf_counter() - self.started,
+        }
 
 
 def ready(device: str) -> tuple[Accelerator, str]:
-    """The accelerator ``device`` and the installed Composer release, once every bench's inputs are checked: one line
-    naming what is wrong (``ValueError``), or ``RuntimeError`` while the shim is enabled (the bench turns it on and off
-    per leg)."""
+    """The accelerator ``device`` and the installed Composer release: ``ValueError`` naming what is missing, or
+    ``RuntimeError`` while the shim is enabled (the bench turns it on and off per leg)."""
     on = accelerator(device)
     if on.absent():
         raise ValueError(f'--device {device}, but {on.absent()}')
@@ -325,69 +312,60 @@ def ready(device: str) -> tuple[Accelerator, str]:
     return on, composer
 
 
-def progress(name: str, out: Optional[TextIO]) -> Callable[[str], None]:
-    """A progress line printer for ``name`` (``out`` ``None``: silent), each line with the seconds since it was made."""
+@contextlib.contextmanager
+def session(device: str, name: str, out: Optional[TextIO]) -> Iterator[Session]:
+    """A bench run on ``device`` (:func:`ready`), inside :func:`pinned`, printing progress lines for ``name`` to
+    ``out`` (``None``: silent), each with the seconds since it began; the shim left off whatever happens."""
+    on, composer = ready(device)
     started = _clock.perf_counter()
 
     def say(message: str) -> None:
         if out is not None:
             print(f'{name}: {message} ({_clock.perf_counter() - started:.0f} s)', file=out, flush=True)
 
-    return say
+    with pinned(on) as fixed:
+        try:
+            yield Session(on, composer, say, fixed, started)
+        finally:
+            compatshim.disable()
 
 
 def measure(
     pipeline: Pipeline,
     names: list[str],
-    on: Accelerator,
+    run: Session,
     size: Size,
     samples: int,
     loader: Callable[[Leg, int, bool], Any],
     pairs: list[tuple[str, str]],
-    timed: Callable[[LegResult], bool],
-    say: Callable[[str], None],
-    transform: Optional[Callable[[Leg], Any]] = None,
-    after_round: Optional[Callable[[int], None]] = None,
+    **options: Any,
 ) -> dict[str, LegResult]:
-    """Every leg of ``names``: checked (:func:`check`), then those ``timed`` selects timed (:func:`runs`,
-    :func:`time`) with ``pairs`` back to back; ``loader(leg, steps, observed)`` gives a leg's epoch (``observed``: for
-    the check, on the observable device)."""
-    checked = check(pipeline, names, on, lambda leg: loader(leg, CHECK_STEPS, True), samples)
+    """Every leg of ``names``: checked (:func:`check`), then those ``options['timed']`` selects (default: all) timed
+    (:func:`time`) with ``pairs`` back to back; ``loader(leg, steps, observed)`` gives a leg's epoch (``observed``:
+    for the check, on the observable device); ``options['transform'](leg)``: the leg's transform instead of the
+    pipeline's (a planted slowdown); ``options['after_round']``: see :func:`time`."""
+    from compatshim.monitor import TransformMonitor
+
+    checked = check(pipeline, names, run.on, lambda leg: loader(leg, CHECK_STEPS, True), samples)
     if 'ceiling' in checked and not checked['ceiling'].available:
         raise ValueError(
             'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
             f'{checked["ceiling"].reason}'
         )
-    chosen = [name for name in names if checked[name].available and timed(checked[name])]
-    made = runs(pipeline, chosen, on, lambda leg: loader(leg, size.steps, False), samples, transform)
-    say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
-    time(made, pairs, on, size.rounds, say, after_round)
-    legs = dict(checked)
-    for name, run in made.items():
-        legs[name] = (
-            dataclasses.replace(checked[name], status=LegStatus.FAILED, reason=run.failed)
-            if run.failed
-            else run.timings(checked[name])
-        )
-    return legs
-
-
-def common(on: Accelerator, composer: str, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The fields of every result: the release, the device, the fingerprint (``fields``: a bench's own keys)."""
-    return {
-        'composer': composer,
-        'torch': torch.__version__,
-        'device': on.name,
-        'family': getattr(family_of(composer), 'value', UNAFFECTED_FAMILY),
-        'fingerprint': fingerprint(on, of, fixed, **fields),
-        'measured_at': now(),
-    }
+    timed, transform = options.get('timed', lambda leg: True), options.get('transform', lambda leg: pipeline.transform)
+    made = {}
+    for name in (name for name in names if checked[name].available and timed(checked[name])):
+        leg, monitor = LEGS[name], TransformMonitor()
+        epoch, device = loader(leg, size.steps, False), run.on.composer_device()
+        made[name] = Run(leg, _trainer(leg, pipeline, epoch, device, samples, monitor, transform(leg)), monitor)
+    run.say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
+    time(made, pairs, run.on, size.rounds, run.say, options.get('after_round'))
+    return {name: made[name].timings(leg) if name in made else leg for name, leg in checked.items()}
 
 
 def schedule(names: list[str], pairs: list[tuple[str, str]], round_: int) -> list[list[str]]:
-    """One round's windows, in groups: each pair back to back, its order alternating from round to round (so that a
-    drift touches both sides alike over the rounds), every other leg alone; the groups in an order shuffled by the
-    round."""
+    """One round's windows in groups: each pair back to back, its order alternating from round to round (a drift
+    touches both sides alike), every other leg alone; the groups shuffled by the round."""
     groups = [[a, b] if (round_ + i) % 2 else [b, a] for i, (a, b) in enumerate(pairs)]
     groups += [[name] for name in names if not any(name in pair for pair in pairs)]
     return random.Random(round_).sample(groups, len(groups))
@@ -459,7 +437,7 @@ def _round(
             except Exception as exc:
                 if round_:
                     raise
-                made[name].failed = f'{type(exc).__name__}: {first_line(exc)}'
+                made[name].failed = first_line(exc)
         for leg, partner in pairs:
             if round_ and leg in took and partner in took:
                 made[leg].beside_s.append(took[partner])
@@ -477,15 +455,12 @@ def _round(
 
 @contextlib.contextmanager
 def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
-    """What every bench fixes before it builds anything, and puts back after; yields what it fixed (the
-    fingerprint's ``torch_threads`` and ``allocator``).
+    """What every bench fixes before it builds anything and puts back after; yields what it fixed.
 
-    torch's intra-op threads (:attr:`~compatshim._accelerator.Accelerator.threads`: one on the host, as
-    torch.utils.benchmark's ``Timer`` runs): with ``OMP_NUM_THREADS`` unset torch's pool has a thread per core, which
-    spins while another process has the core — on a shared 2-core machine one leg's rounds ran at 658, 81 and 660
-    samples/s, the same transform 0.98 ms on one leg and 94.5 on another. glibc's malloc thresholds: it raises its mmap
-    threshold as a process frees large blocks, so the same code page-faulted a fresh mapping in one window and reused
-    the heap in the next (~1,850 or ~2,300 samples/s from window to window); fixed, every leg runs at one speed.
+    torch's intra-op threads (one on the host, as torch.utils.benchmark's ``Timer`` runs): with ``OMP_NUM_THREADS``
+    unset the pool has a thread per core, which spins while another process has the core — on a shared 2-core machine
+    one leg's rounds ran at 658, 81 and 660 samples/s. glibc's malloc thresholds, which it raises as a process frees
+    large blocks: the same code page-faulted a fresh mapping in one window and reused the heap in the next.
     """
     before = torch.get_num_threads()
     if accelerator.threads:
@@ -497,14 +472,12 @@ def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
 
 
 def _pin_allocator() -> str:
-    if not sys.platform.startswith('linux'):
-        return 'default'
     try:
-        libc = ctypes.CDLL('libc.so.6')
+        libc = ctypes.CDLL('libc.so.6') if sys.platform.startswith('linux') else None
     except OSError:
-        return 'default'
+        libc = None
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
-    if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
+    if libc is not None and libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
         return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
     return 'default'
 
@@ -512,12 +485,9 @@ def _pin_allocator() -> str:
 def _cpu_model() -> str:
     try:
         with open('/proc/cpuinfo') as info:
-            for line in info:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+            return next(line.split(':', 1)[1].strip() for line in info if line.startswith('model name'))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def _git_commit() -> Optional[str]:
@@ -530,8 +500,8 @@ def _git_commit() -> Optional[str]:
 
 
 def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The machine and software a result was measured on: reported (a CPU model string is no identity: machines that
-    share one differ by 1.7x), except what the comparability keys name (the size, the version, a pipeline's own)."""
+    """The machine and software a result was measured on: reported (machines that share a CPU model string differ by
+    1.7x), except what the comparability keys name."""
     return {
         'cpu_model': _cpu_model(),
         'cpu_count': os.cpu_count(),

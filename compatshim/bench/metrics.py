@@ -1,10 +1,9 @@
 """The legs and the metrics, in two tables: the one place that names a leg or a metric.
 
 :data:`LEGS` is the leg vocabulary of both benches and the docs: each name is one ``DataSpec`` argument, with or
-without the shim at a stage, on every release (``compatshim bench`` runs them all but the ceiling; ``compatshim bench
---pipeline`` all). :data:`METRICS` are the reference bench's metrics, :func:`pipeline_metrics` a pipeline's; each has a
-*kind* (:mod:`compatshim.bench.rule`) that reads its samples from a result, judges and shows them; the engine pairs
-legs from them, the judge iterates them, the report and the CLI render them. Imports nothing heavy.
+without the shim at a stage, on every release. :data:`METRICS` are the reference bench's metrics,
+:func:`pipeline_metrics` a pipeline's; each has a *kind* (:mod:`compatshim.bench.rule`) that reads, judges and shows
+its samples. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -58,20 +57,13 @@ LEGS: dict[str, Leg] = {
 }
 #: The reference bench's legs: every leg but the ceiling.
 REFERENCE_LEGS: tuple[str, ...] = tuple(name for name in LEGS if name != 'ceiling')
-#: The overhead probes (:mod:`compatshim.bench.overhead`), sampled in every round.
+#: The overhead probes (:mod:`compatshim.bench.reference`), sampled in every round.
 PROBES: tuple[str, ...] = ('hook-batch', 'hook-microbatch', 'monitor')
 #: The fingerprint keys that must match for two reference results to measure the same workload.
 COMPARABLE_BY: tuple[str, ...] = ('size', 'workload_version')
 #: What must match for a pipeline baseline to compare: the same pipeline (MODULE:CALLABLE), bench size, device,
 #: samples per step, microbatch size and engine; not the Composer or torch release (an upgrade is what it is for).
-PIPELINE_COMPARABLE_BY: tuple[str, ...] = (
-    'pipeline',
-    'size',
-    'device',
-    'samples_per_step',
-    'microbatch_size',
-    'workload_version',
-)
+PIPELINE_COMPARABLE_BY = ('pipeline', 'size', 'device', 'samples_per_step', 'microbatch_size', 'workload_version')
 
 
 class Gate(Word):
@@ -121,10 +113,24 @@ def _ratio(leg: str, partner: str, gate: Gate, devices: tuple[str, ...] = DEVICE
     return Metric(f'{leg}/{partner}', rule.RATIO, Source(leg, partner), gate, devices, f'{leg} / {partner}')
 
 
-def _cost(what: str, probe: str, leg: str, kind: Kind, gate: Gate, title: str = '') -> Metric:
-    return Metric(what, kind, Source(leg, probe=probe), gate, title=title)
+def _cost(path: str, tail: str, probe: str, leg: str, limit: Kind, gate: Gate, title: str) -> tuple[Metric, ...]:
+    """A path of compatshim's: its share of a step of ``leg`` in the same round, held to its limit (gated), its path
+    over the direct path (unlike work) and its µs per batch (figures)."""
+    return (
+        Metric(f'{path} share of a step{tail}', limit, Source(leg, probe=probe), gate, title=title),
+        Metric(f'{path} path / direct{tail}', rule.OVERHEAD, Source(probe=probe), Gate.NEVER),
+        Metric(f'{path} µs/batch{tail}', rule.FIGURE, Source(probe=probe), Gate.NEVER),
+    )
 
 
+#: compatshim's own cost, probe by probe: what it is, and its three metrics (the report's table).
+COSTS: tuple[tuple[str, tuple[Metric, ...]], ...] = (
+    *((f'hook, stage {stage}', _cost('hook', f' ({stage})', f'hook-{stage}', f'shim-{stage}', rule.HOOK_SHARE,
+                                     Gate.AFFECTED, f'hook share ({short})'))
+      for stage, short in (('batch', 'batch'), ('microbatch', 'mb'))),
+    ('monitor, one train step',
+     _cost('monitor', '', 'monitor', 'shim-batch', rule.MONITOR_SHARE, Gate.ALWAYS, 'monitor share')),
+)  # fmt: skip
 METRICS: tuple[Metric, ...] = (
     # Same work, same rounds: only the shim can move these. shim-batch's partner is the host path of the release:
     # plain device_transforms on 0.25-0.26 (which runs it on the host), the batch_transforms workaround on 0.27+. On
@@ -132,73 +138,22 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-batch', 'unpatched', Gate.AFFECTED, ('cpu',)),
     _ratio('shim-batch', 'native-batch', Gate.AFFECTED, ('cpu',)),
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
-    # compatshim's own cost: its share of a step of the same round, held to a limit (gated); its path over the direct
-    # path (unlike work) and its µs (figures).
-    *(
-        metric
-        for stage, short in (('batch', 'batch'), ('microbatch', 'mb'))
-        for metric in (
-            _cost(
-                f'hook share of a step ({stage})',
-                f'hook-{stage}',
-                f'shim-{stage}',
-                rule.HOOK_SHARE,
-                Gate.AFFECTED,
-                f'hook share ({short})',
-            ),
-            _cost(f'hook path / direct ({stage})', f'hook-{stage}', '', rule.OVERHEAD, Gate.NEVER),
-            _cost(f'hook µs/batch ({stage})', f'hook-{stage}', '', rule.FIGURE, Gate.NEVER),
-        )
-    ),
-    _cost('monitor share of a step', 'monitor', 'shim-batch', rule.MONITOR_SHARE, Gate.ALWAYS, 'monitor share'),
-    _cost('monitor path / direct', 'monitor', '', rule.OVERHEAD, Gate.NEVER),
-    _cost('monitor µs/batch', 'monitor', '', rule.FIGURE, Gate.NEVER),
-    # Counts: what crosses on the recipe workload.
-    *(
-        Metric(
-            f'bytes per step ({leg})',
-            rule.BYTES,
-            Source(leg, recipe=True),
-            Gate.AFFECTED,
-            title=f'recipe bytes ({short})',
-        )
-        for leg, short in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))
-    ),
-    # Checks, whatever the timings.
-    *(
-        Metric(
-            f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe), Gate.ALWAYS
-        )
-        for recipe in (False, True)
-        for leg in ('shim-batch', 'shim-microbatch')
-    ),
+    *(metric for _, cost in COSTS for metric in cost),
+    # Counts: what crosses on the recipe workload; checks, whatever the timings.
+    *(Metric(f'bytes per step ({leg})', rule.BYTES, Source(leg, recipe=True), Gate.AFFECTED,
+             title=f'recipe bytes ({t})') for leg, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
+    *(Metric(f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe),
+             Gate.ALWAYS) for recipe in (False, True) for leg in ('shim-batch', 'shim-microbatch')),
     Metric('patches on an unaffected release', rule.NOTHING_PATCHED, Source(), Gate.UNAFFECTED),
-)
+)  # fmt: skip
 
 
 def metric(metric_id: str) -> Metric:
     """The metric of that id (``KeyError`` naming the ids there are)."""
-    for found in METRICS:
-        if found.id == metric_id:
-            return found
-    raise KeyError(f'no metric {metric_id!r}; the registry has {", ".join(m.id for m in METRICS)}')
-
-
-#: compatshim's own cost, probe by probe: what it is, its gated share of a step, its path over the direct path, its
-#: µs per batch (the report's table).
-COSTS: tuple[tuple[str, Metric, Metric, Metric], ...] = tuple(
-    (
-        what,
-        metric(f'{path} share of a step{tail}'),
-        metric(f'{path} path / direct{tail}'),
-        metric(f'{path} µs/batch{tail}'),
-    )
-    for what, path, tail in (
-        ('hook, stage batch', 'hook', ' (batch)'),
-        ('hook, stage microbatch', 'hook', ' (microbatch)'),
-        ('monitor, one train step', 'monitor', ''),
-    )
-)
+    found = next((m for m in METRICS if m.id == metric_id), None)
+    if found is None:
+        raise KeyError(f'no metric {metric_id!r}; the registry has {", ".join(m.id for m in METRICS)}')
+    return found
 
 
 def pairs(metrics: Iterable[Metric]) -> list[tuple[str, str]]:
@@ -209,16 +164,11 @@ def pairs(metrics: Iterable[Metric]) -> list[tuple[str, str]]:
 def pipeline_metrics(legs: Iterable[str]) -> tuple[Metric, ...]:
     """The metrics of a pipeline's legs (those of the run and of its baseline): per leg its placement, calls and
     bytes per step, exactly, and, timed, its throughput against the ceiling leg of the same rounds."""
-    named = [leg for leg in LEGS if leg in set(legs)]
     out: list[Metric] = []
-    for leg in named:
-        source = Source(leg)
-        if leg != 'ceiling':
-            out += [
-                Metric(f'{leg}: placement', rule.PLACEMENT_AS_BEFORE, source, Gate.ALWAYS),
-                Metric(f'{leg}: calls per step', rule.CALLS, source, Gate.ALWAYS),
-            ]
-        out.append(Metric(f'{leg}: bytes per step', rule.BYTES, source, Gate.ALWAYS))
-        if leg != 'ceiling':
-            out.append(Metric(f'{leg}/ceiling', rule.BESIDE, Source(leg, 'ceiling'), Gate.ALWAYS))
+    for leg in (leg for leg in LEGS if leg in set(legs)):
+        transformed = leg != 'ceiling'
+        out += [Metric(f'{leg}: placement', rule.PLACEMENT_AS_BEFORE, Source(leg), Gate.ALWAYS)] if transformed else []
+        out += [Metric(f'{leg}: calls per step', rule.CALLS, Source(leg), Gate.ALWAYS)] if transformed else []
+        out += [Metric(f'{leg}: bytes per step', rule.BYTES, Source(leg), Gate.ALWAYS)]
+        out += [Metric(f'{leg}/ceiling', rule.BESIDE, Source(leg, 'ceiling'), Gate.ALWAYS)] if transformed else []
     return tuple(out)

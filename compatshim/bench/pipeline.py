@@ -1,16 +1,11 @@
-"""``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim.
+"""``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim
+(docs/pipeline.md).
 
-The callable (from your code; the current directory is on the path) returns a :class:`Pipeline` — or a plain mapping
-of the same fields, so that your module need not import compatshim: ``dataloader`` (your host ``DataLoader``, or any
-iterable of batches), ``transform`` (your device transform), and optionally ``model`` (your ``ComposerModel``; without
-one, a model that only consumes the batch, so a step is fetch → move → transform), ``microbatch_size`` and
-``get_num_samples_in_batch``.
-
-Every leg of :data:`~compatshim.bench.metrics.LEGS` that exists on the release runs, the ``ceiling`` too: the same
-steps on batches already transformed and on the device (data for free). Each timed leg runs back to back with a
-ceiling window, so every gated timing is a leg against the ceiling of the same rounds; placement, calls and bytes
-are counts (:func:`compatshim.bench.metrics.pipeline_metrics`). :func:`run` is the whole gate — refuse what cannot be
-compared, measure, compare, save — for the CLI and the pytest fixture alike.
+The callable (the current directory is on the path) returns a :class:`~compatshim.bench.engine.Pipeline`, or a plain
+mapping of its fields, so that your module need not import compatshim. Every leg of
+:data:`~compatshim.bench.metrics.LEGS` that exists on the release runs, the ``ceiling`` too (the same steps on batches
+already transformed and on the device: data for free), each timed leg back to back with a ceiling window. :func:`run`
+is the whole gate — refuse what cannot be compared, measure, compare, save — for the CLI and the pytest fixture.
 """
 
 from __future__ import annotations
@@ -20,35 +15,24 @@ import importlib
 import os
 import statistics
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO, cast
+from typing import Any, Optional, TextIO
 
 import compatshim
 from compatshim import _exits
-from compatshim._accelerator import Accelerator, accelerator
+from compatshim._accelerator import accelerator
 from compatshim._placement import Placement
 from compatshim._transforms import RESULT_RULE, result_problem
-from compatshim.bench import engine, metrics, rule
+from compatshim.bench import engine, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, Windows, first_line
-from compatshim.bench.results import (
-    PIPELINE_DIR,
-    PipelineResult,
-    Store,
-    UnreadableResult,
-    comparable,
-    quartiles,
-    spread,
-)
+from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable
 
-__all__ = ['Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text']
+__all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
 
 #: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
 #: plugin advises more dataloader workers above 5%).
 WAIT_LIMIT = 0.05
-#: A leg whose rounds spread (interquartile range) by more than this share of its median supports no timing verdict.
-UNSTABLE = 0.25
 #: Rounds below which no timing verdict is given (the rank test of the gate needs as many: 5).
 VERDICT_ROUNDS = 5
 FIELDS = tuple(field.name for field in dataclasses.fields(Pipeline))
@@ -65,10 +49,9 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
         missing = [field for field in ('dataloader', 'transform') if field not in made]
         if unknown or missing:
             wrong = f'unknown keys {unknown}' if unknown else f'no {" and no ".join(repr(m) for m in missing)}'
-            optional = ', '.join(f for f in FIELDS if f not in ('dataloader', 'transform'))
             raise PipelineError(
                 f'{name}() returned a mapping with {wrong}; a pipeline mapping needs dataloader and transform, and may '
-                f'have {optional}'
+                f'have {", ".join(FIELDS[2:])}'
             )
         made = Pipeline(**made)
     if not isinstance(made, Pipeline):
@@ -76,26 +59,20 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
             f'{name}() returned {type(made).__name__}, not a compatshim.bench.Pipeline or a mapping with dataloader '
             'and transform'
         )
-    problems = []
-    # The fields come from the user's callable (a plain mapping, as often as not): whatever their annotations say.
-    loader, transform, count = (
-        cast(Any, made.dataloader),
-        cast(Any, made.transform),
-        cast(Any, made.get_num_samples_in_batch),
-    )
-    if not hasattr(loader, '__iter__'):
-        problems.append(f'dataloader is {type(loader).__name__}, not an iterable of batches')
-    if not callable(transform):
-        problems.append(f'transform is {type(transform).__name__}, not a callable')
+    fields: dict[str, Any] = vars(made)  # the user's values, whatever their annotations say
+    size, problems = fields['microbatch_size'], []
+    if not hasattr(fields['dataloader'], '__iter__'):
+        problems.append(f'dataloader is {type(fields["dataloader"]).__name__}, not an iterable of batches')
+    if not callable(fields['transform']):
+        problems.append(f'transform is {type(fields["transform"]).__name__}, not a callable')
     if made.model is not None:
         from composer.models import ComposerModel
 
         if not isinstance(made.model, ComposerModel):
             problems.append(f'model is {type(made.model).__name__}, not a ComposerModel')
-    size = made.microbatch_size
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         problems.append(f'microbatch_size is {size!r}, not an int >= 1')
-    if count is not None and not callable(count):
+    if fields['get_num_samples_in_batch'] is not None and not callable(fields['get_num_samples_in_batch']):
         problems.append('get_num_samples_in_batch is not a callable')
     if problems:
         raise PipelineError(f'{name}(): ' + '; '.join(problems))
@@ -113,7 +90,7 @@ def load(spec: str) -> Pipeline:
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises is the message
-        raise PipelineError(f'cannot import {module_name!r}: {type(exc).__name__}: {first_line(exc)}') from None
+        raise PipelineError(f'cannot import {module_name!r}: {first_line(exc)}') from None
     for part in attribute.split('.'):
         if not hasattr(target, part):
             raise PipelineError(f'{module_name!r} has no {attribute!r}')
@@ -123,13 +100,8 @@ def load(spec: str) -> Pipeline:
     try:
         made = target()
     except Exception as exc:  # noqa: BLE001
-        raise PipelineError(f'{spec}() raised {type(exc).__name__}: {first_line(exc)}') from None
+        raise PipelineError(f'{spec}() raised {first_line(exc)}') from None
     return as_pipeline(made, spec)
-
-
-def _raised(name: str, exc: BaseException) -> PipelineError:
-    """The user's dataloader or transform raised ``exc``: said in one line."""
-    return PipelineError(f'{name}: the pipeline raised {type(exc).__name__}: {first_line(exc)}')
 
 
 def size_of(name: str, steps: Optional[int] = None, rounds: Optional[int] = None) -> Size:
@@ -137,70 +109,60 @@ def size_of(name: str, steps: Optional[int] = None, rounds: Optional[int] = None
     (``ValueError`` naming what is allowed)."""
     if name not in ('quick', 'default'):
         raise ValueError(f'unknown size {name!r}; choose one of quick, default')
-    size = SIZES[name]
     for what, value in (('steps', steps), ('rounds', rounds)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f'{what} must be an int >= 1, got {value!r}')
-    return dataclasses.replace(size, steps=steps or size.steps, rounds=rounds or size.rounds)
+    return dataclasses.replace(SIZES[name], steps=steps or SIZES[name].steps, rounds=rounds or SIZES[name].rounds)
 
 
-def _comparable_by(name: str, on: Accelerator, size: Size, samples: int, pipeline: Pipeline) -> dict[str, Any]:
+def _samples(name: str, pipeline: Pipeline, batch: Any) -> int:
+    try:
+        return engine.samples_in(pipeline, batch)
+    except Exception as exc:  # noqa: BLE001 - the user's batch or counter: said in one line
+        raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+
+
+def _keys(name: str, device: str, size: Size, samples: int, pipeline: Pipeline) -> dict[str, Any]:
     """The fingerprint's keys a baseline must match (:data:`compatshim.bench.metrics.PIPELINE_COMPARABLE_BY`)."""
-    return {
-        'pipeline': name,
-        'size': dataclasses.asdict(size),
-        'device': on.name,
-        'samples_per_step': samples,
-        'microbatch_size': pipeline.microbatch_size or samples,
-        'workload_version': engine.VERSION,
-    }
+    microbatch = pipeline.microbatch_size or samples
+    return {'pipeline': name, 'size': dataclasses.asdict(size), 'device': device, 'samples_per_step': samples,
+            'microbatch_size': microbatch, 'workload_version': engine.VERSION}  # fmt: skip
 
 
 def measure(
     name: str, pipeline: Pipeline, device: str = 'cpu', size: Optional[Size] = None, progress: Optional[TextIO] = None
 ) -> PipelineResult:
-    """Measure every leg of ``pipeline`` on the installed Composer (see the module docstring) at ``size`` (default:
-    ``default``). ``ValueError`` (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one
-    line; ``RuntimeError``: the shim is enabled in this process."""
-    on, composer = engine.ready(device)
-    size, started, say = size or size_of('default'), time.perf_counter(), engine.progress(name, progress)
-    source, timed_device = Source(pipeline.dataloader), on.composer_device()
-    try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
-        batches = [source.next() for _ in range(size.steps)]
-        ceiling = []
-        for batch in batches:
-            moved = timed_device.batch_to_device(batch)
-            ceiling.append(pipeline.transform(moved))
-            problem = result_problem(pipeline.transform, moved, ceiling[-1])
-            if problem is not None:
-                raise PipelineError(f'{name}: its transform {problem}. {RESULT_RULE}')
-        samples = engine.samples_in(pipeline, batches[0])
-    except PipelineError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
-        raise _raised(name, exc) from None
-    observed = [on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
+    """Measure every leg of ``pipeline`` on the installed Composer at ``size`` (default: ``default``). ``ValueError``
+    (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one line; ``RuntimeError``: the shim
+    is enabled in this process."""
+    size = size or size_of('default')
+    with engine.session(device, name, progress) as run:
+        source, moving = Source(pipeline.dataloader), run.on.composer_device()
+        try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
+            batches, ceiling = [source.next() for _ in range(size.steps)], []
+            for batch in batches:
+                moved = moving.batch_to_device(batch)
+                ceiling.append(pipeline.transform(moved))
+                problem = result_problem(pipeline.transform, moved, ceiling[-1])
+                if problem is not None:
+                    raise PipelineError(f'{name}: its transform {problem}. {RESULT_RULE}')
+        except PipelineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
+            raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+        samples = _samples(name, pipeline, batches[0])
+        observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
 
-    def loader(leg: Any, steps: int, check: bool) -> Windows:
-        if leg.argument is None:
-            return Windows(None, steps, observed if check else ceiling)
-        return Windows(source, steps)
+        def loader(leg: Any, steps: int, check: bool) -> Windows:
+            return Windows(source, steps) if leg.argument else Windows(None, steps, observed if check else ceiling)
 
-    names = list(metrics.LEGS)
-    pairs = [(leg, 'ceiling') for leg in names if leg != 'ceiling']
-    with engine.pinned(on) as fixed:
+        pairs = [(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
         try:
-            legs = engine.measure(pipeline, names, on, size, samples, loader, pairs, lambda leg: True, say)
+            legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, loader, pairs)
         except ValueError as exc:
             raise PipelineError(str(exc)) from None
-    result = PipelineResult(
-        **engine.common(on, composer, size, fixed, **_comparable_by(name, on, size, samples, pipeline)),
-        legs=legs,
-        elapsed_s=time.perf_counter() - started,
-        pipeline=name,
-        steps=size.steps,
-    )
-    result.verdicts = verdicts(result)
+        result = PipelineResult(**run.fields(size, **_keys(name, device, size, samples, pipeline)), legs=legs)
+    result.pipeline, result.verdicts = name, verdicts(result)
     return result
 
 
@@ -210,13 +172,11 @@ def refuse_unlike(
     """Refuse, before anything is measured, a baseline that cannot be compared with the run asked for: another
     pipeline, size, device, samples per step or microbatch size (one batch of the dataloader is read to count)."""
     try:
-        samples = engine.samples_in(pipeline, next(iter(pipeline.dataloader)))
+        batch = next(iter(pipeline.dataloader))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
-        raise _raised(name, exc) from None
-    planned = PipelineResult(
-        '', '', device, '', _comparable_by(name, accelerator(device), size, samples, pipeline), '', {}
-    )
-    unlike = comparable(planned, baseline, metrics.PIPELINE_COMPARABLE_BY)
+        raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+    planned = _keys(name, device, size, _samples(name, pipeline, batch), pipeline)
+    unlike = comparable(planned, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         raise PipelineError(
             f'the baseline {baseline_name!r} is not comparable: {unlike}; save a new one with --save {baseline_name}'
@@ -226,40 +186,18 @@ def refuse_unlike(
 # --- what it says -----------------------------------------------------------------------------------------------------
 
 
-def _step_ms(result: PipelineResult, name: str) -> list[float]:
-    """A leg's step time per round, in ms: the figures of the table."""
-    leg = result.legs.get(name)
-    return [] if leg is None or not leg.available else [s * 1e3 / result.steps for s in leg.round_s]
-
-
-def _unstable(result: PipelineResult, name: str) -> str:
-    """Why the leg's rounds cannot support a factor ('' when they can)."""
-    step = _step_ms(result, name)
-    if len(step) < 2:
-        return f'{name} has one round'
-    q1, median, q3 = quartiles(step)
-    if (q3 - q1) / median > UNSTABLE:
-        return (
-            f"{name}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
-            'ms/step): the machine was busy, or the leg is'
-        )
-    return ''
-
-
 def _factor(result: PipelineResult, slow: str, fast: str) -> tuple[Optional[float], str]:
     """How many times as long ``slow``'s step takes as ``fast``'s, from the table's figures (the ratio of the two
     median step times), with the range of the same ratio round by round; or ``None`` and why the samples cannot tell."""
-    a, b = _step_ms(result, slow), _step_ms(result, fast)
-    if not a or not b:
-        return None, ''
-    why = _unstable(result, slow) or _unstable(result, fast)
-    if why:
+    a, b = result.step_ms(slow), result.step_ms(fast)
+    why = (result.unstable(slow) or result.unstable(fast)) if a and b else ''
+    if not a or not b or why:
         return None, why
     per_round = sorted(x / y for x, y in zip(a, b))
-    factor = statistics.median(a) / statistics.median(b)
+    factor, spread = statistics.median(a) / statistics.median(b), f'x{per_round[0]:.2f} to x{per_round[-1]:.2f}'
     if per_round[0] <= 1 <= per_round[-1] and not 0.95 <= factor <= 1.05:
-        return None, f'round by round the two legs swap places (x{per_round[0]:.2f} to x{per_round[-1]:.2f})'
-    return factor, f'per round x{per_round[0]:.2f} to x{per_round[-1]:.2f}'
+        return None, f'round by round the two legs swap places ({spread})'
+    return factor, f'per round {spread}'
 
 
 def _faster(factor: float, other: str) -> str:
@@ -285,102 +223,45 @@ def verdicts(result: PipelineResult) -> list[str]:
         out.append('the shim: this release runs device_transforms on the device itself; the shim patches nothing')
     rounds = result.fingerprint['size']['rounds']
     if rounds < VERDICT_ROUNDS:
-        out.append(
+        return out + [
             f'timing: no verdict from {rounds} rounds (--quick gates placement, calls and bytes only); run with '
             f'{VERDICT_ROUNDS} rounds or more for the factors'
-        )
-        return out
-
+        ]
     ran = {name for name, leg in legs.items() if leg.available}
     best = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in ran), '')
     waits = legs[best].wait_share if best else None
     if waits is not None:
         bound = 'yes' if waits > WAIT_LIMIT else 'no'
         out.append(f'input-bound: {bound} — {waits:.0%} of a {best} step waits for data (threshold {WAIT_LIMIT:.0%})')
-    # (slow leg, fast leg, when, what it is about, the verdict for a factor and its spread)
-    factors: list[tuple[str, str, bool, str, Callable[[float, str], str]]] = [
-        (
-            'unpatched',
-            'shim-batch',
-            result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED,
-            'the shim against unpatched',
-            lambda f, why: (
-                f'the shim: a step {_faster(f, "unpatched")} on this release (unpatched: {unpatched.placement}; {why})'
-            ),
-        ),
-        (
-            'native-batch',
-            'shim-batch',
-            {'native-batch', 'shim-batch'} <= ran,
-            'the shim against batch_transforms',
-            lambda f, why: (
-                'against the workaround batch_transforms=fn (host), the shim: a step '
-                f'{_faster(f, "the workaround")} ({why})'
-            ),
-        ),
-        (
-            'shim-microbatch',
-            'shim-batch',
-            {'shim-microbatch', 'shim-batch'} <= ran,
-            'stage batch vs microbatch',
-            lambda f, why: (
-                f'stage batch vs microbatch: stage batch is {_faster(f, "stage microbatch")} ({why}); '
-                f'{mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-                'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole '
-                'batch'
-            ),
-        ),
-        (
-            best,
-            'ceiling',
-            waits is not None,
-            'data for free (the ceiling leg)',
-            lambda f, why: f'with data for free (the ceiling leg) a step would be {_faster(f, best)} ({why})',
-        ),
-    ]
-    for slow, fast, when, about, say in factors:
+    plain = result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED
+    factors = [  # (slow leg, fast leg, when, what it is about, the words before the factor, against what, after)
+        ('unpatched', 'shim-batch', plain, 'the shim against unpatched', 'the shim: a step', 'unpatched',
+         f' on this release (unpatched: {unpatched.placement})'),
+        ('native-batch', 'shim-batch', {'native-batch', 'shim-batch'} <= ran, 'the shim against batch_transforms',
+         'against the workaround batch_transforms=fn (host), the shim: a step', 'the workaround', ''),
+        ('shim-microbatch', 'shim-batch', {'shim-microbatch', 'shim-batch'} <= ran, 'stage batch vs microbatch',
+         'stage batch vs microbatch: stage batch is', 'stage microbatch',
+         f'; {mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
+         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'),
+        (best, 'ceiling', waits is not None, 'data for free (the ceiling leg)',
+         'with data for free (the ceiling leg) a step would be', best, ''),
+    ]  # fmt: skip
+    for slow, fast, when, about, head, other, tail in factors:
         factor, why = _factor(result, slow, fast) if when else (None, '')
         if factor is not None:
-            out.append(say(factor, why))
+            out.append(f'{head} {_faster(factor, other)} ({why}){tail}')
         elif why:
             out.append(f'{about}: cannot tell — {why}')
     return out
 
 
 def text(result: PipelineResult) -> str:
-    """What a person reads: per leg, then the verdicts."""
-    fp = result.fingerprint
-    where = (
-        "the fake accelerator: placement and bytes are real, times are this process's CPU time, torch threads "
-        f'{fp.get("torch_threads")} (fixed)'
-        if result.device == 'cpu'
-        else (fp.get('gpu') or result.device)
-    )
-    lines = [
+    """What a person reads: the leg table (:func:`compatshim.bench.report.text`), then the verdicts."""
+    head = (
         f'compatshim bench --pipeline {result.pipeline} (Composer {result.composer}, torch {result.torch}, '
-        f'{result.device}: {where}; {fp["size"]["rounds"]} rounds of {result.steps} steps, '
-        f'{fp["samples_per_step"]} samples/step, {result.elapsed_s:.0f} s)',
-        f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"transform":14}{"calls/step":>11}  {"transform":>9}  '
-        f'{"waits for data":>18}  bytes/step to the device',
-    ]
-    for name, leg in result.legs.items():
-        if not leg.available:
-            lines.append(f'  {name:19}n/a: {leg.reason}')
-            continue
-        step = _step_ms(result, name)
-        speed = statistics.median(leg.samples_per_s) if leg.samples_per_s else 0.0
-        share = '—' if leg.transform_share is None else f'{leg.transform_share:.0%}'
-        wait = '—' if leg.wait_ms is None or leg.wait_share is None else f'{leg.wait_ms:.2f} ms ({leg.wait_share:.0%})'
-        dtypes = ', '.join(f'{d} {n:,}' for d, n in leg.h2d_bytes_by_dtype.items()) or 'none'
-        calls = '—' if leg.placement is Placement.NO_TRANSFORM else f'{leg.calls_per_step:g}'
-        unstable = ' (unstable)' if len(step) > 1 and _unstable(result, name) else ''
-        lines.append(
-            f'  {name:19}{spread(step, ".2f"):>16}{speed:>16,.0f}  {leg.placement!s:14}{calls:>11}  {share:>9}  '
-            f'{wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
-        )
-    lines.append('  verdicts:')
-    lines += [f'    {verdict}' for verdict in result.verdicts]
-    return '\n'.join(lines)
+        f'{result.fingerprint["samples_per_step"]} samples/step, {result.elapsed_s:.0f} s)'
+    )
+    return report.text(result, head, ['  verdicts:', *(f'    {verdict}' for verdict in result.verdicts)])
 
 
 def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
@@ -388,30 +269,25 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     2: the baseline measured another pipeline, size or device; else 0) and the lines that say so (every outcome but
     ok, then one line of the verdict). A leg new in this release, or gone, is reported, never judged; the shim's legs
     that ran before are always judged (gone now: their placement says so)."""
-    unlike = comparable(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
+    unlike = comparable(result.fingerprint, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
-    ran = {leg for leg, found in result.legs.items() if found.available}
-    ran_before = {leg for leg, found in baseline.legs.items() if found.available}
+    ran, ran_before = (({leg for leg, found in r.legs.items() if found.available}) for r in (result, baseline))
     relied_on = {leg for leg in ran_before if metrics.LEGS[leg].stage}
-    judgements = rule.judge(
-        result, baseline, metrics.pipeline_metrics((ran & ran_before) | relied_on), metrics.PIPELINE_COMPARABLE_BY
-    )
-    lines = [
-        f'NEW {result.pipeline} {leg}: runs on Composer {result.composer}, not on {baseline.composer} (reported, not '
-        'judged)'
-        for leg in sorted(ran - ran_before - relied_on)
-    ] + [
-        f'GONE {result.pipeline} {leg}: ran on Composer {baseline.composer}, not on {result.composer} '
+    judged = metrics.pipeline_metrics((ran & ran_before) | relied_on)
+    judgements = rule.judge(result, baseline, judged, metrics.PIPELINE_COMPARABLE_BY)
+    now, then, what = result.composer, baseline.composer, result.pipeline
+    lines = [f'NEW {what} {leg}: runs on Composer {now}, not on {then} (reported, not judged)'
+             for leg in sorted(ran - ran_before - relied_on)]  # fmt: skip
+    lines += [
+        f'GONE {what} {leg}: ran on Composer {then}, not on {now} '
         f'({result.legs[leg].reason if leg in result.legs else "no such leg"}; reported, not judged)'
         for leg in sorted(ran_before - ran - relied_on)
     ]
-    lines += [j.line(result.pipeline) for j in judgements if j.outcome is not rule.Outcome.OK]
-    worse = [j for j in judgements if j.outcome is rule.Outcome.REGRESSION]
-    lines.append(
-        f'compared with {name!r} ({baseline.measured_at}, Composer {baseline.composer}): '
-        + (f'{len(worse)} worsened' if worse else 'nothing worsened')
-    )
+    lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
+    worse = sum(j.outcome is rule.Outcome.REGRESSION for j in judgements)
+    worsened = f'{worse} worsened' if worse else 'nothing worsened'
+    lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {worsened}')
     return (_exits.REGRESSION if worse else _exits.OK), lines
 
 
@@ -457,11 +333,8 @@ def run(
             raise ValueError(
                 f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}'
             )
-    if isinstance(pipeline, str):
-        name, made = name or pipeline, load(pipeline)
-    else:
-        name = name or 'pipeline'
-        made = as_pipeline(pipeline, name)
+    name = name or (pipeline if isinstance(pipeline, str) else 'pipeline')
+    made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and compare_to is not None:
         refuse_unlike(name, made, baseline, compare_to, device, size)
     before = compatshim.status().stage

@@ -1,45 +1,125 @@
 """``compatshim bench``: one release measured on the built-in reference pipelines by the engine, with the probes.
 
-The ``augment`` pipeline (:mod:`~compatshim.bench.workload`) is checked and timed; the ``recipe`` pipeline (uint8
-images) is checked: what crosses to the device per leg, and what plain ``device_transforms`` does here (its
-``unpatched`` leg). The legs of each gated same-run ratio (:data:`~compatshim.bench.metrics.METRICS`) run back to
-back; after each round's windows every overhead probe (:mod:`~compatshim.bench.overhead`) takes :data:`PROBE_SAMPLES`
-samples on the same clock, so that what each costs is set against the step of the same round.
+The ``augment`` pipeline (:mod:`~compatshim.bench.workload`) is checked and timed, the legs of each gated same-run
+ratio back to back; the ``recipe`` pipeline is checked: what crosses to the device per leg. A window cannot resolve a
+few microseconds inside a step of milliseconds, so after each round's windows every *probe* takes
+:data:`PROBE_SAMPLES` samples on the same clock: one of compatshim's paths called :data:`CALLS` times, then the direct
+path it stands in for as many times (which goes first alternates), both on a small batch with a transform that returns
+it:
+
+* ``hook-<stage>``: the hooks the shim installs on a real ``DataSpec``, called as the trainer calls them for one batch
+  of one microbatch in a loop frame on the trainer's own ``Device`` (the batch-level hook, the move, on 0.27+ the
+  microbatch-level hook), against ``transform(move(batch))`` on a plain device: what 0.24.1 did;
+* ``monitor``: :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state and logger, every event of one
+  train step (:data:`STEP_EVENTS`), the transform through its tap and the move through its byte counter, against the
+  transform and the move alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import inspect
+import sys
 import time
-from typing import Any, Optional, TextIO
+from collections.abc import Iterator
+from typing import Any, Callable, Optional, TextIO
 
 import torch
 
 import compatshim
+from compatshim import _loop_frames, _patching
 from compatshim._accelerator import Accelerator
 from compatshim._support import TESTED_RELEASES, family_of, installed
-from compatshim.bench import engine, overhead, workload
+from compatshim.bench import engine, workload
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Source, Windows
 from compatshim.bench.metrics import METRICS, PROBES, REFERENCE_LEGS, pairs
 from compatshim.bench.results import BenchResult, Overheads
 
-__all__ = ['PROBE_SAMPLES', 'SIZE_NAMES', 'env_name', 'measure']
+__all__ = ['CALLS', 'PROBE_SAMPLES', 'SIZE_NAMES', 'Probe', 'env_name', 'make_probe', 'measure', 'planted_hook_delay']
 
 #: Samples each overhead probe takes per round (after the round's windows).
 PROBE_SAMPLES = 3
+#: Calls per path per sample: the hook path, the monitor's step.
+CALLS = {'hook': 2000, 'monitor': 500}
 #: The sizes of the reference workload (:data:`compatshim.bench.engine.SIZES`).
 SIZE_NAMES = ('tiny', 'cpu', 'gpu')
+#: The events Composer runs for every callback in one train step of one microbatch, in order.
+STEP_EVENTS = tuple(
+    'before_dataloader after_dataloader batch_start before_train_batch before_forward after_forward before_loss '
+    'after_loss before_backward after_backward after_train_batch batch_end batch_checkpoint'.split()
+)
 
 
 def env_name(device: str) -> str:
     """The matrix env this process is: the support-table row of the installed Composer/torch/Python, plus the device."""
     composer, torch_version = installed('mosaicml') or '?', torch.__version__.split('+')[0]
-    import sys
-
     python = f'{sys.version_info.major}.{sys.version_info.minor}'
-    for row in TESTED_RELEASES:
-        if (row.composer, row.torch, row.python) == (composer, torch_version, python):
-            return row.on(device)
-    return f'composer{composer}-torch{torch_version}-{device}'
+    row = next(
+        (r for r in TESTED_RELEASES if (r.composer, r.torch, r.python) == (composer, torch_version, python)), None
+    )
+    return row.on(device) if row is not None else f'composer{composer}-torch{torch_version}-{device}'
+
+
+def measure(
+    device: str = 'cpu',
+    size_name: str = 'cpu',
+    *,
+    plant_slowdown: float = 0.0,
+    plant_hook_us: float = 0.0,
+    progress: Optional[TextIO] = None,
+) -> BenchResult:
+    """Measure every leg of this release (docs/harness.md) on ``device`` at ``size_name`` (one of
+    :data:`SIZE_NAMES`). ``plant_slowdown``: the shim legs' transform made this fraction slower; ``plant_hook_us``:
+    every call of the shim's hooks this many µs slower (planted regressions, to check the gate; 0 to measure)."""
+    if size_name not in SIZE_NAMES:
+        raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(SIZE_NAMES)}')
+    if not 0.0 <= plant_slowdown <= 10.0:
+        raise ValueError(f'plant_slowdown must be between 0 and 10, got {plant_slowdown}')
+    if not 0.0 <= plant_hook_us <= 100_000:
+        raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
+    size, env = SIZES[size_name], env_name(device)
+    with engine.session(device, env, progress) as run, planted_hook_delay(plant_hook_us):
+        compatshim.enable()
+        patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
+        compatshim.disable()
+        augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
+        timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
+        names = list(REFERENCE_LEGS)
+        recipe_legs = engine.check(recipe, names, run.on, lambda leg: Windows(recipe_source, CHECK_STEPS), size.batch)
+        slower = _Planted(augment.transform, plant_slowdown, run.on) if plant_slowdown else augment.transform
+        overheads = {name: Overheads(CALLS[name.partition('-')[0]]) for name in PROBES}
+        with _probes(run.on, family_of(run.composer) is not None) as probes:
+
+            def sample(round_: int) -> None:
+                for probe in (probe for _ in range(PROBE_SAMPLES) for probe in probes):
+                    path_s, direct_s = probe.sample()
+                    if round_:
+                        overheads[probe.name].add(path_s, direct_s, round_)
+
+            legs = engine.measure(
+                augment,
+                names,
+                run,
+                size,
+                size.batch,
+                lambda leg, steps, observed: Windows(timed_source, steps),
+                pairs(METRICS),
+                timed=lambda leg: leg.calls_per_step > 0,  # a leg that never calls the transform does other work
+                transform=lambda leg: slower if leg.stage else augment.transform,
+                after_round=sample,
+            )
+        fields = run.fields(size)
+    return BenchResult(
+        **fields,
+        legs=legs,
+        env=env,
+        recipe=recipe_legs,
+        overheads={name: found for name, found in overheads.items() if found.path_s},
+        patched_by_enable=patched,
+        planted_slowdown=plant_slowdown,
+        planted_hook_us=plant_hook_us,
+    )
 
 
 class _Planted:
@@ -59,94 +139,156 @@ class _Planted:
         return out
 
 
-def measure(
-    device: str = 'cpu',
-    size_name: str = 'cpu',
-    *,
-    plant_slowdown: float = 0.0,
-    plant_hook_us: float = 0.0,
-    progress: Optional[TextIO] = None,
-) -> BenchResult:
-    """Measure every leg of this release (the reference harness, docs/harness.md) on ``device`` at ``size_name`` (one
-    of :data:`SIZE_NAMES`). ``plant_slowdown``: the shim legs' transform made this fraction slower; ``plant_hook_us``:
-    every call of the shim's hooks this many µs slower (planted regressions, to check the gate; 0 to measure).
-    ``progress``: where to print progress lines."""
-    if size_name not in SIZE_NAMES:
-        raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(SIZE_NAMES)}')
-    if not 0.0 <= plant_slowdown <= 10.0:
-        raise ValueError(f'plant_slowdown must be between 0 and 10, got {plant_slowdown}')
-    if not 0.0 <= plant_hook_us <= 100_000:
-        raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
-    on, composer = engine.ready(device)
-    size, env, started = SIZES[size_name], env_name(on.name), time.perf_counter()
-    say = engine.progress(env, progress)
-    compatshim.enable()
-    patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
-    compatshim.disable()
-    names, overheads = (
-        list(REFERENCE_LEGS),
-        {name: Overheads(overhead.CALLS[name.partition('-')[0]]) for name in PROBES},
-    )
-    with engine.pinned(on) as fixed, overhead.planted_hook_delay(plant_hook_us):
-        augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
-        timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
-        recipe_legs = engine.check(recipe, names, on, lambda leg: Windows(recipe_source, CHECK_STEPS), size.batch)
-        planted = _Planted(augment.transform, plant_slowdown, on) if plant_slowdown else augment.transform
-        probes = _probes(on, family_of(composer) is not None)
+@contextlib.contextmanager
+def planted_hook_delay(microseconds: float) -> Iterator[None]:
+    """Make every call of the shim's DataSpec hooks ``microseconds`` slower (busy-wait) while the block runs."""
+    from compatshim._transforms import BatchHook, MicrobatchHook
 
-        def sample(round_: int) -> None:
-            for _ in range(PROBE_SAMPLES):
-                for probe in probes:
-                    path_s, direct_s = probe.sample()
-                    if round_:
-                        found = overheads[probe.name]
-                        found.path_s += [path_s]
-                        found.direct_s += [direct_s]
-                        found.rounds += [round_]
+    def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
+        def __call__(self: Any, batch: Any) -> Any:
+            end = time.perf_counter() + microseconds * 1e-6
+            while time.perf_counter() < end:
+                pass
+            return original(self, batch)
 
+        return __call__
+
+    swaps = [_patching.swap(cls, '__call__', slowed) for cls in (BatchHook, MicrobatchHook)] if microseconds else []
+    try:
+        yield
+    finally:
+        for done in reversed(swaps):
+            done.undo()
+
+
+class Probe:
+    """One of compatshim's paths (``path``) and the direct path (``direct``), one call each, sampled on ``on``'s clock,
+    :data:`CALLS` calls of each per sample, inside ``frame``."""
+
+    def __init__(
+        self,
+        name: str,
+        on: Accelerator,
+        path: Callable[[], Any],
+        direct: Callable[[], Any],
+        frame: Callable[[], Any] = contextlib.nullcontext,
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.name, self.on, self.path, self.direct, self._frame, self.close = name, on, path, direct, frame, close
+        self.calls, self._taken = CALLS[name.partition('-')[0]], 0
+
+    def sample(self) -> tuple[float, float]:
+        """Seconds of :attr:`calls` calls of the path and of the direct path, back to back (which goes first alternates
+        from sample to sample), the collector paused as in a timed window."""
+        self._taken += 1
+        gc.collect()
+        gc.disable()
         try:
-            legs = engine.measure(
-                augment,
-                names,
-                on,
-                size,
-                size.batch,
-                lambda leg, steps, observed: Windows(timed_source, steps),
-                pairs(METRICS),
-                lambda leg: leg.calls_per_step > 0,  # a leg that never calls the transform does other work
-                say,
-                lambda leg: planted if leg.stage else augment.transform,
-                sample,
-            )
+            with self._frame():
+                if self._taken % 2:
+                    return self._time(self.path), self._time(self.direct)
+                direct_s = self._time(self.direct)
+                return self._time(self.path), direct_s
         finally:
-            compatshim.disable()  # whatever failed, the bench leaves the shim off, as it found it
-            for probe in probes:
-                probe.close()
-    return BenchResult(
-        **engine.common(on, composer, size, fixed),
-        legs=legs,
-        elapsed_s=time.perf_counter() - started,
-        env=env,
-        recipe=recipe_legs,
-        overheads={name: found for name, found in overheads.items() if found.path_s},
-        patched_by_enable=patched,
-        planted_slowdown=plant_slowdown,
-        planted_hook_us=plant_hook_us,
-    )
+            gc.enable()
+
+    def _time(self, fn: Callable[[], Any]) -> float:
+        clock = self.on.clock()
+        self.on.synchronize()
+        start = clock()
+        for _ in range(self.calls):
+            fn()
+        self.on.synchronize()
+        return clock() - start
 
 
-def _probes(on: Accelerator, affected: bool) -> list[overhead.Probe]:
-    """The overhead probes of this release (no hook probe where the shim patches nothing): the hook probes built with
-    the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are."""
-    probes: list[overhead.Probe] = []
+def _same(batch: Any) -> Any:
+    return batch
+
+
+@contextlib.contextmanager
+def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
+    """The probes of this release (no hook probe where the shim patches nothing), closed after the block: the hook
+    probes built with the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are."""
+    probes: list[Probe] = []
     try:
         for name in (name for name in PROBES if affected or not name.startswith('hook')):
             (compatshim.enable if name.startswith('hook') else compatshim.disable)()
-            probes.append(overhead.make_probe(name, on))
-    except BaseException:
-        for probe in probes:
-            probe.close()
-        raise
+            probes.append(make_probe(name, on))
+        compatshim.disable()
+        yield probes
     finally:
         compatshim.disable()
-    return probes
+        for probe in probes:
+            probe.close()
+
+
+def make_probe(
+    name: str, on: Accelerator, transform: Callable[[Any], Any] = _same, make_device: Optional[Callable[[], Any]] = None
+) -> Probe:
+    """The probe ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``on``, both paths calling
+    ``transform``, on devices from ``make_device`` (default: Composer's own for ``on``). A hook probe needs the shim
+    enabled when it is made and while it is sampled."""
+    from composer.core import DataSpec
+
+    make = make_device or on.composer_device
+    batch, device, plain = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))], make(), make()
+
+    def direct() -> Any:
+        return transform(plain.batch_to_device(batch))
+
+    if name == 'monitor':
+        return _monitor_probe(on, batch, device, direct, transform)
+    if name not in ('hook-batch', 'hook-microbatch'):
+        raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
+    from compatshim._transforms import BatchHook
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
+    spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
+    hooked = [n for n in ('batch_transforms', 'device_transforms') if isinstance(getattr(spec, n, None), BatchHook)]
+    if not hooked:
+        raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
+    batch_hook = getattr(spec, hooked[0])
+    after = spec.microbatch_transforms if hooked[0] == 'batch_transforms' else _same
+
+    # The hook runs before the trainer's move is looked up, as in the trainer: on 0.25–0.26 at stage microbatch the
+    # batch hook arms the loop frame, which puts the move-then-transform on the device instance (never on ``plain``).
+    def path() -> Any:
+        return after(device.batch_to_device(batch_hook(batch)))
+
+    return Probe(name, on, path, direct, lambda: _loop_frames.loop_frame(device, 'train'))
+
+
+def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:
+    from composer import Trainer
+    from composer.core import DataSpec, Event
+    from composer.models import ComposerClassifier
+
+    from compatshim.monitor import TransformMonitor
+
+    monitor = TransformMonitor()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
+    # The argument Composer itself calls at batch level (built with the shim off: Composer's own).
+    parameters = inspect.signature(DataSpec.__init__).parameters
+    argument = 'batch_transforms' if 'batch_transforms' in parameters else 'device_transforms'
+    spec = DataSpec(loader, **{argument: transform})
+    model = ComposerClassifier(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), num_classes=10)
+    trainer = Trainer(
+        model=model,
+        train_dataloader=spec,
+        device=device,
+        callbacks=[monitor],
+        max_duration='1ba',
+        progress_bar=False,
+        log_to_console=False,
+    )
+    state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
+    state.set_dataloader(spec.dataloader, 'train')
+    monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
+
+    def path() -> Any:  # as Composer calls the batch-level transform: through the DataSpec's attribute (now tapped)
+        for event in events:
+            monitor.run_event(event, state, logger)
+        return getattr(spec, argument)(device.batch_to_device(batch))
+
+    return Probe('monitor', on, path, direct, close=trainer.close)

@@ -1,18 +1,16 @@
-"""The regression baseline report: judged results rendered as Markdown, the same as JSON, and three PNG charts.
-
-Input: :class:`~compatshim.bench.report.Judged` results (a bench result, its baseline and the judge's outcomes).
-Output, per device: ``report.md``, ``report.json`` (raw samples and outcomes; ``compatshim report`` reads it back to
-judge it again), ``ratios.png`` (every gated timing per release relative to its baseline, with its minimum-effect
-band), ``bytes.png`` (host→device bytes per step per leg, recipe workload) and ``throughput.png`` (samples/s per
-leg). Every number comes from the registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing
-heavy; matplotlib only to draw.
+"""What people read of a bench run: the text a bench prints (:func:`text`, one leg table for both benches), and the
+regression baseline report of judged results (:func:`write`: ``report.md``, ``report.json`` with the raw samples and
+outcomes, which ``compatshim report`` reads back to judge again, and the :data:`CHARTS`). Every number comes from the
+registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing heavy; matplotlib only to draw.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,13 +18,73 @@ from compatshim._placement import Placement
 from compatshim._support import split_env
 from compatshim.bench import rule
 from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
-from compatshim.bench.results import SCHEMA, BenchResult, LegResult, LegStatus, PathLike, quartiles, spread
+from compatshim.bench.results import SCHEMA, BenchResult, LegResult, LegStatus, PathLike, Result, quartiles, spread
 
-__all__ = ['CHARTS', 'Judged', 'markdown', 'plain_words', 'write']
-LEGS = REFERENCE_LEGS
+__all__ = ['CHARTS', 'Judged', 'legs_table', 'markdown', 'plain_words', 'reference_lines', 'text', 'write']
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
+
+
+def plain_words(leg: LegResult) -> str:
+    """What plain ``DataSpec(device_transforms=fn)`` does without the shim (the recipe's ``unpatched`` leg), in
+    words."""
+    main = next(iter(leg.h2d_bytes_by_dtype), 'nothing')
+    crossed = f'{main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
+    if leg.status is LegStatus.REJECTED:
+        return f'rejected: DataSpec(device_transforms=...) raises {leg.reason}'
+    if leg.status is LegStatus.FAILED:
+        ran = 'the transform never ran' if leg.placement is Placement.NEVER_CALLED else 'the transform ran'
+        return f'silently dropped: {ran}, the model got the raw batch and training fails ({leg.reason})'
+    if leg.placement is Placement.DEVICE:
+        return f'runs on the device, after the move: {crossed}'
+    if leg.placement is Placement.HOST:
+        return f'runs on the host, before the move: the transformed {crossed}'
+    return f'{leg.placement}: the model gets the raw batch'
+
+
+def legs_table(result: Result) -> list[str]:
+    """Per leg: step ms and samples/s (median ± IQR over the rounds; *unstable* when its rounds spread by more than
+    :data:`~compatshim.bench.results.UNSTABLE` of their median), where the transform saw its batch, its calls and its
+    share of the step, the wait for data (wall time) and its share, the bytes that crossed per step by dtype."""
+    lines = [
+        f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"transform":14}{"calls/step":>11}  {"transform":>9}  '
+        f'{"waits for data":>18}  bytes/step to the device'
+    ]
+    for name, leg in result.legs.items():
+        if not leg.available:
+            lines.append(f'  {name:19}n/a: {leg.reason}')
+            continue
+        speed = f'{statistics.median(leg.samples_per_s):,.0f}' if leg.samples_per_s else 'not timed'
+        share = '—' if leg.transform_share is None else f'{leg.transform_share:.0%}'
+        wait = '—' if leg.wait_ms is None or leg.wait_share is None else f'{leg.wait_ms:.2f} ms ({leg.wait_share:.0%})'
+        dtypes = ', '.join(f'{d} {n:,}' for d, n in leg.h2d_bytes_by_dtype.items()) or 'none'
+        calls = '—' if leg.placement is Placement.NO_TRANSFORM else f'{leg.calls_per_step:g}'
+        unstable = ' (unstable)' if len(result.step_ms(name)) > 1 and result.unstable(name) else ''
+        lines.append(
+            f'  {name:19}{spread(result.step_ms(name), ".2f"):>16}{speed:>16}  {leg.placement!s:14}{calls:>11}  '
+            f'{share:>9}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
+        )
+    return lines
+
+
+def text(result: Result, head: str, more: list[str]) -> str:
+    """What a bench prints: ``head``, what its figures are, the leg table, then ``more``."""
+    fp, cpu = result.fingerprint, result.device == 'cpu'
+    where = 'the fake accelerator, placement and bytes real' if cpu else fp.get('gpu') or result.device
+    clock = "this process's CPU time" if cpu else 'wall time, the device synchronised at the edges of a window'
+    threads = f'torch threads {fp.get("torch_threads")}' + (' (fixed)' if cpu else '')
+    rounds = f'{fp["size"]["rounds"]} rounds of {fp["size"]["steps"]} steps'
+    figures = f'  {result.device} ({where}); {rounds}; step times are {clock}, {threads}; waits are wall time'
+    return '\n'.join([head, figures, *legs_table(result), *more])
+
+
+def reference_lines(result: BenchResult) -> list[str]:
+    """What the reference bench measured besides its legs: every metric it has here as its kind shows it, the
+    monitor's words per leg, what plain device_transforms does."""
+    lines = [f'  {m.id:36} {m.show(result)}' for m in METRICS if m.applies(result) and m.read(result)]
+    lines += [f'  monitor, {name}: {leg.monitor}' for name, leg in result.legs.items() if leg.monitor]
+    return [*lines, f'  {"recipe: plain device_transforms":36} {plain_words(result.recipe["unpatched"])}']
 
 
 @dataclasses.dataclass
@@ -46,46 +104,15 @@ class Judged:
         return next((str(j.outcome) for j in self.judgements if j.metric == metric), '—')
 
     def machine_change(self) -> Optional[float]:
-        """How much faster the unpatched leg ran than in the baseline's run: another machine, or another phase of this
-        one (reported, never judged)."""
-        if self.baseline is None:
-            return None
-        now, then = self.result.legs['shim-batch'].samples_per_s, self.baseline.legs['shim-batch'].samples_per_s
+        """How much faster the shim-batch leg ran than in the baseline's run: another machine, or another phase of
+        this one (reported, never judged)."""
+        now, then = self.result.legs['shim-batch'].samples_per_s, None
+        then = self.baseline.legs['shim-batch'].samples_per_s if self.baseline is not None else then
         return statistics.median(now) / statistics.median(then) - 1 if now and then else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            **self.result.to_json(),
-            'baseline': self.baseline_path,
-            'judgements': [dataclasses.asdict(j) for j in self.judgements],
-        }
-
-
-def plain_words(leg: LegResult) -> str:
-    """What plain ``DataSpec(device_transforms=fn)`` does without the shim (the recipe's ``unpatched`` leg), in
-    words."""
-    main = next(iter(leg.h2d_bytes_by_dtype), 'nothing')
-    if leg.status is LegStatus.REJECTED:
-        return f'rejected: DataSpec(device_transforms=...) raises {leg.reason}'
-    if leg.status is LegStatus.FAILED:
-        ran = 'the transform never ran' if leg.placement is Placement.NEVER_CALLED else 'the transform ran'
-        return f'silently dropped: {ran}, the model got the raw batch and training fails ({leg.reason})'
-    if leg.placement is Placement.DEVICE:
-        return f'runs on the device, after the move: {main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
-    if leg.placement is Placement.HOST:
-        crossed = f'{main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
-        return f'runs on the host, before the move: the transformed {crossed}'
-    return f'{leg.placement}: the model gets the raw batch'
-
-
-def _bytes_ratio(result: BenchResult) -> Optional[float]:
-    """The recipe's bytes per step with the shim over plain device_transforms' (``None``: plain did not run)."""
-    shim, plain = result.recipe['shim-batch'], result.recipe['unpatched']
-    return shim.h2d_bytes_per_step / plain.h2d_bytes_per_step if plain.available and plain.h2d_bytes_per_step else None
-
-
-def _pct(value: Optional[float]) -> str:
-    return '—' if value is None else f'{value:+.1%}'
+        judgements = [dataclasses.asdict(j) for j in self.judgements]
+        return {**self.result.to_json(), 'baseline': self.baseline_path, 'judgements': judgements}
 
 
 #: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.
@@ -97,17 +124,23 @@ def _cell(judged: Judged, found: Metric) -> str:
     return f'{found.show(judged.result)} · {judged.outcome(found.id)}'
 
 
+def _bytes_ratio(result: BenchResult) -> str:
+    """The recipe's bytes per step with the shim over plain device_transforms' (``—``: plain did not run)."""
+    shim, plain = result.recipe['shim-batch'], result.recipe['unpatched']
+    ran = plain.available and plain.h2d_bytes_per_step
+    return f'{shim.h2d_bytes_per_step / plain.h2d_bytes_per_step:.2f}' if ran else '—'
+
+
 def markdown(judged: list[Judged], device: str) -> str:
     """The report of one device as Markdown."""
     counts = {o: sum(j.outcome is o for r in judged for j in r.judgements) for o in rule.Outcome}
-    worst = rule.worst([j for r in judged for j in r.judgements])
     out = [f'# compatshim regression baseline report ({device})', '']
     if not judged:
         return '\n'.join(out + ['No env produced a result.', ''])
     out += [
         f'Envs: {len(judged)}. Outcomes over all gated metrics: '
         + ', '.join(f'{n} {o}' for o, n in counts.items())
-        + f'. **Worst: {worst}.**',
+        + f'. **Worst: {rule.worst([j for r in judged for j in r.judgements])}.**',
         '',
         '**The rule** (`compatshim/bench/rule.py`): ' + rule.RULE,
         '',
@@ -119,36 +152,33 @@ def markdown(judged: list[Judged], device: str) -> str:
         '',
         '## Headline per release',
         '',
-        '| env | family | '
-        + ' | '.join(m.title for m in HEADLINE)
-        + ' | checks | recipe bytes shim / plain | throughput vs baseline run |',
+        '| env | family | ' + ' | '.join(m.title for m in HEADLINE) + ' | checks | recipe bytes shim / plain '
+        '| throughput vs baseline run |',
         '|' + '---|' * (len(HEADLINE) + 5),
     ]
     for r in judged:
-        res = r.result
-        bytes_ratio = _bytes_ratio(res)
+        res, change = r.result, r.machine_change()
         planted = f' ({res.planted_text})' if res.planted else ''
         checks = rule.worst([j for j in r.judgements if j.metric in {m.id for m in CHECKS}])
         out.append(
-            f'| {res.env}{planted} | {res.family} | '
-            + ' | '.join(_cell(r, m) for m in HEADLINE)
-            + f' | {checks} | {"—" if bytes_ratio is None else f"{bytes_ratio:.2f}"} | {_pct(r.machine_change())} |'
-        )
+            f'| {res.env}{planted} | {res.family} | ' + ' | '.join(_cell(r, m) for m in HEADLINE)
+            + f' | {checks} | {_bytes_ratio(res)} | {"—" if change is None else f"{change:+.1%}"} |'
+        )  # fmt: skip
     out += [
         '',
         "## compatshim's own cost per batch",
         '',
         "Each probe calls a path of compatshim's and then the direct path it stands in for (the move and the transform "
-        'alone), alternating, in every round (`compatshim/bench/overhead.py`). Gated: its µs per batch as a share of a '
-        f'step of the same round, against a stated limit (a regression: {rule.HOOK_SHARE.sentence}; '
+        'alone), alternating, in every round (`compatshim/bench/reference.py`). Gated: its µs per batch as a share of '
+        f'a step of the same round, against a stated limit (a regression: {rule.HOOK_SHARE.sentence}; '
         f'{rule.MONITOR_SHARE.sentence}). Reported: the path over the direct path (×; unlike work, which another '
         'processor moves) and the µs per batch beyond the direct path (an absolute time).',
         '',
-        '| env | ' + ' | '.join(f'{name}: share | × | µs' for name, _, _, _ in COSTS) + ' |',
+        '| env | ' + ' | '.join(f'{name}: share | × | µs' for name, _ in COSTS) + ' |',
         '|' + '---|' * (3 * len(COSTS) + 1),
     ]
     for r in judged:
-        cells = [f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}' for _, share, ratio, us in COSTS]
+        cells = [f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}' for _, (share, ratio, us) in COSTS]
         out.append(f'| {r.result.env} | ' + ' | '.join(cells) + ' |')
     out += [
         '',
@@ -165,8 +195,7 @@ def markdown(judged: list[Judged], device: str) -> str:
     ]
     for r in judged:
         kib = {
-            name: f'{leg.h2d_bytes_per_step / 1024:.1f}' if leg.available else '—'
-            for name, leg in r.result.recipe.items()
+            n: f'{leg.h2d_bytes_per_step / 1024:.1f}' if leg.available else '—' for n, leg in r.result.recipe.items()
         }
         out.append(
             f'| {r.result.env} | {plain_words(r.result.recipe["unpatched"])} | {kib["unpatched"]} '
@@ -181,20 +210,15 @@ def markdown(judged: list[Judged], device: str) -> str:
         '|---|---|---|---|---|---|---|',
     ]
     for r in judged:
-        for name in LEGS:
-            leg = r.result.legs.get(name)
-            if leg is None:
-                continue
-            if not leg.available:
-                out.append(f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |')
-                continue
+        for name, leg in ((n, r.result.legs[n]) for n in REFERENCE_LEGS if n in r.result.legs):
             out.append(
                 f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence_text} | {leg.calls_per_step:g} '
                 f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {spread(leg.samples_per_s, ".0f")} |'
+                if leg.available
+                else f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |'
             )
     notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome is not rule.Outcome.OK]
     out += ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
-    out += ['## Machine', '']
     machines: dict[str, list[str]] = {}
     for r in judged:
         fp = r.result.fingerprint
@@ -203,42 +227,40 @@ def markdown(judged: list[Judged], device: str) -> str:
             f'{fp["gpu"] or "none"}, Python {fp["python"]}, workload size {fp["size"]["name"]}'
         )
         machines.setdefault(machine, []).append(f'{r.result.env} (torch {fp["torch"]}, {r.result.measured_at})')
-    out += [f'- {machine}: ' + ', '.join(envs) for machine, envs in machines.items()] + ['']
+    out += ['## Machine', '', *(f'- {machine}: ' + ', '.join(envs) for machine, envs in machines.items()), '']
     return '\n'.join(out)
 
 
-def _pyplot() -> Any:
+@contextlib.contextmanager
+def _chart(judged: list[Judged], path: Path, title: str, ylabel: str) -> Iterator[Any]:
+    """A chart of one group per env, saved to ``path`` after the block has drawn on its axes."""
     import matplotlib
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def _bars(judged: list[Judged], path: Path, title: str, ylabel: str, values: Any) -> None:
-    """Grouped bars, one group per env and one bar per leg: ``values(result, leg) -> (value, error) or None``."""
-    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
-    width = 0.8 / len(LEGS)
-    for i, name in enumerate(LEGS):
-        xs, ys, errs = [], [], []
-        for x, r in enumerate(judged):
-            found = values(r.result, name)
-            if found is not None:
-                xs.append(x + (i - (len(LEGS) - 1) / 2) * width)
-                ys.append(found[0])
-                errs.append(found[1])
-        ax.bar(xs, ys, width, yerr=errs, label=name, capsize=2)
+    yield ax
     ax.set_xticks(range(len(judged)))
     ax.set_xticklabels([split_env(r.result.env)[0] for r in judged], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8, ncol=len(LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.3))
     ax.grid(axis='y', alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _bars(judged: list[Judged], path: Path, title: str, ylabel: str, values: Any) -> None:
+    """Grouped bars, one group per env and one bar per leg: ``values(result, leg) -> (value, error) or None``."""
+    width = 0.8 / len(REFERENCE_LEGS)
+    with _chart(judged, path, title, ylabel) as ax:
+        for i, name in enumerate(REFERENCE_LEGS):
+            found = [(x, values(r.result, name)) for x, r in enumerate(judged)]
+            bars = [(x + (i - (len(REFERENCE_LEGS) - 1) / 2) * width, *v) for x, v in found if v is not None]
+            xs, ys, errors = zip(*bars) if bars else ((), (), ())
+            ax.bar(xs, ys, width, yerr=errors, label=name, capsize=2)
+        ax.legend(fontsize=8, ncol=len(REFERENCE_LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.3))
 
 
 def _throughput(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
@@ -257,35 +279,22 @@ def _bytes(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
 def plot_ratios(judged: list[Judged], path: Path) -> None:
     """Every gated timing of every release as its median over its baseline's median (IQR bars), each over the band of
     its kind's minimum effect."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(judged)), 4.5))
     timed = [m for m in METRICS if m.gate is not Gate.NEVER and m.kind.min_effect is not None]
-    for index, found in enumerate(timed):
-        offset = 0.8 * (index - (len(timed) - 1) / 2) / len(timed)
-        xs, ys, lo, hi = [], [], [], []
-        for x, r in enumerate(judged):
-            now, before = found.read(r.result), found.read(r.baseline)
-            if not now or not before or not found.gated_for(r.result):
-                continue
-            centre = statistics.median(before)
-            q1, median, q3 = (v / centre for v in quartiles(now))
-            xs.append(x + offset)
-            ys.append(median)
-            lo.append(median - q1)
-            hi.append(q3 - median)
-            effect, width = found.kind.min_effect or 0.0, [x + offset - 0.05, x + offset + 0.05]
-            ax.fill_between(width, 1 - effect, 1 + effect, color='tab:green', alpha=0.1)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=found.id)
-    ax.axhline(1.0, color='grey', linewidth=0.8)
-    ax.set_xticks(range(len(judged)))
-    ax.set_xticklabels([split_env(r.result.env)[0] for r in judged], rotation=30, ha='right', fontsize=8)
-    ax.set_ylabel('median / baseline median (IQR bars)')
-    ax.set_title("Gated timings per release against their baselines; green: each one's minimum effect")
-    ax.legend(fontsize=7)
-    ax.grid(axis='y', alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = "Gated timings per release against their baselines; green: each one's minimum effect"
+    with _chart(judged, path, title, 'median / baseline median (IQR bars)') as ax:
+        for index, found in enumerate(timed):
+            offset, points = 0.8 * (index - (len(timed) - 1) / 2) / len(timed), []
+            for x, r in enumerate(judged):
+                now, before = found.read(r.result), found.read(r.baseline)
+                if now and before and found.gated_for(r.result):
+                    q1, median, q3 = (v / statistics.median(before) for v in quartiles(now))
+                    points.append((x + offset, median, median - q1, q3 - median))
+                    band, edges = found.kind.min_effect or 0.0, [x + offset - 0.05, x + offset + 0.05]
+                    ax.fill_between(edges, 1 - band, 1 + band, color='tab:green', alpha=0.1)
+            xs, ys, lo, hi = zip(*points) if points else ((), (), (), ())
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=found.id)
+        ax.axhline(1.0, color='grey', linewidth=0.8)
+        ax.legend(fontsize=7)
 
 
 def write(judged: list[Judged], out_dir: PathLike, device: str, png: bool = True) -> Path:
@@ -293,21 +302,12 @@ def write(judged: list[Judged], out_dir: PathLike, device: str, png: bool = True
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / 'report.md').write_text(markdown(judged, device))
-    data = {
-        'schema': SCHEMA,
-        'device': device,
-        'worst': rule.worst([j for r in judged for j in r.judgements]),
-        'results': [r.to_json() for r in judged],
-    }
+    worst = rule.worst([j for r in judged for j in r.judgements])
+    data = {'schema': SCHEMA, 'device': device, 'worst': worst, 'results': [r.to_json() for r in judged]}
     (out / 'report.json').write_text(json.dumps(data, indent=1) + '\n')
     if png and judged:
         plot_ratios(judged, out / 'ratios.png')
         _bars(judged, out / 'bytes.png', 'Host→device KiB per step (recipe workload)', 'KiB per step', _bytes)
-        _bars(
-            judged,
-            out / 'throughput.png',
-            f'Samples/s per leg on {device} (augment workload)',
-            'samples/s',
-            _throughput,
-        )
+        title = f'Samples/s per leg on {device} (augment workload)'
+        _bars(judged, out / 'throughput.png', title, 'samples/s', _throughput)
     return out

@@ -1,11 +1,7 @@
-"""What a bench run measured, typed, and where it is kept: one result record, one baseline store.
-
-A :class:`Result` is one run of the engine (:mod:`compatshim.bench.engine`) on one release: per leg
-(:class:`LegResult`) where its transform ran, how often, what crossed to the device and, per round, how long its
-window took and its partner's beside it. :class:`BenchResult` (``compatshim bench``: the reference workload, the
-overhead probes) and :class:`PipelineResult` (``compatshim bench --pipeline``: a user's pipeline) add what only they
-have. Results are stored as JSON with their raw samples, so any later rule can judge them again; a :class:`Store`
-keeps baselines, and never overwrites one unless told to. Imports nothing heavy (no torch).
+"""What a bench run measured, typed, and where it is kept: one result record (:class:`Result`, a
+:class:`LegResult` per leg; :class:`BenchResult` and :class:`PipelineResult` add what only their bench has), stored as
+JSON with its raw samples so that any later rule can judge it again, and one baseline store (:class:`Store`). Imports
+nothing heavy (no torch).
 """
 
 from __future__ import annotations
@@ -28,6 +24,9 @@ __all__ = ['SCHEMA', 'BenchResult', 'LegResult', 'PipelineResult', 'Result', 'St
 #: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
 #: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.
 SCHEMA = 5
+#: A leg whose rounds spread (interquartile range) by more than this share of their median is unstable: it supports no
+#: timing verdict.
+UNSTABLE = 0.25
 PathLike = Union[str, 'os.PathLike[str]']
 
 
@@ -55,12 +54,9 @@ class LegStatus(Word):
     """Whether a leg ran on this release, and if not, why."""
 
     RAN = 'ran'
-    #: The argument or the shim's stage does not exist on this release.
-    NOT_HERE = 'not on this release'
-    #: ``DataSpec`` raised ``TypeError`` (0.29+: ``device_transforms`` removed).
-    REJECTED = 'rejected'
-    #: The run raised (the model failed on what it was given).
-    FAILED = 'fails'
+    NOT_HERE = 'not on this release'  # the argument or the shim's stage does not exist on this release
+    REJECTED = 'rejected'  # DataSpec raised TypeError (0.29+: device_transforms removed)
+    FAILED = 'fails'  # the run raised (the model failed on what it was given)
 
 
 class Coherence(Word):
@@ -74,12 +70,9 @@ class Coherence(Word):
 
 @dataclasses.dataclass
 class LegResult:
-    """One leg: how the transform was passed, where it ran, what crossed to the device, how fast.
-
-    Placement, calls and bytes come from the untimed check steps on an observable device. ``round_s`` holds the leg's
-    mean window per timed round, ``beside_s`` its partner's window in the same round (``partner``: the other side of
-    its same-run ratio), ``samples_per_s`` one value per window; all empty for an untimed leg.
-    """
+    """One leg: where its transform ran, how often and what crossed to the device (from the check steps), and per
+    timed round its mean window (``round_s``) and its ``partner``'s beside it (``beside_s``); per window its
+    samples/s. The timings are empty for an untimed leg."""
 
     description: str
     status: LegStatus = LegStatus.RAN
@@ -126,13 +119,18 @@ class LegResult:
 
 @dataclasses.dataclass
 class Overheads:
-    """One overhead probe's raw samples: per sample, the seconds ``calls`` calls of compatshim's path took and the
-    seconds as many calls of the direct path took right after, and the round the sample was taken in (1-based)."""
+    """One overhead probe's raw samples: the seconds of ``calls`` calls of compatshim's path, of as many of the direct
+    path, and the round (1-based) of each sample."""
 
     calls: int
     path_s: list[float] = dataclasses.field(default_factory=list)
     direct_s: list[float] = dataclasses.field(default_factory=list)
     rounds: list[int] = dataclasses.field(default_factory=list)
+
+    def add(self, path_s: float, direct_s: float, round_: int) -> None:
+        self.path_s.append(path_s)
+        self.direct_s.append(direct_s)
+        self.rounds.append(round_)
 
 
 @dataclasses.dataclass
@@ -149,23 +147,41 @@ class Result:
     legs: dict[str, LegResult]
     elapsed_s: float = 0.0
     schema: int = SCHEMA
-    #: How a stored result says which record it is.
+    #: How a stored result says which record it is, and the command that makes it.
     kind: ClassVar[str] = ''
+    command: ClassVar[str] = ''
 
     @property
     def affected(self) -> bool:
         return self.family != UNAFFECTED_FAMILY
 
+    def step_ms(self, leg: str) -> list[float]:
+        """A leg's step time per round, in ms (empty: not timed): the figures of the tables and the verdicts."""
+        found, steps = self.legs.get(leg), self.fingerprint['size']['steps']
+        return [] if found is None or not found.available else [s * 1e3 / steps for s in found.round_s]
+
+    def unstable(self, leg: str) -> str:
+        """Why the leg's rounds cannot support a timing verdict ('' when they can)."""
+        step = self.step_ms(leg)
+        if len(step) < 2:
+            return f'{leg} has one round'
+        q1, median, q3 = quartiles(step)
+        if (q3 - q1) / median <= UNSTABLE:
+            return ''
+        return (
+            f"{leg}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
+            'ms/step): the machine was busy, or the leg is'
+        )
+
+    # What only the reference bench measures (``None`` or empty elsewhere): the recipe's legs, a probe's samples,
+    # what enable() patched.
     def legs_of(self, recipe: bool = False) -> dict[str, LegResult]:
-        """The legs of the timed pipeline, or of the reference's recipe workload (none in other runs)."""
         return {} if recipe else self.legs
 
     def probe(self, name: str) -> Optional[Overheads]:
-        """An overhead probe's samples (``None``: not measured in this kind of run)."""
         return None
 
     def patched(self) -> Optional[list[str]]:
-        """What ``enable()`` patched on this release (``None``: not recorded in this kind of run)."""
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -180,20 +196,18 @@ class Result:
         if data.get('schema') != SCHEMA:
             raise UnreadableResult(f'it is a result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
         fields = _known(cls, data)
-        fields['legs'] = {name: LegResult.from_json(leg) for name, leg in data['legs'].items()}
-        return cls(**cls._read(fields))
-
-    @classmethod
-    def _read(cls, fields: dict[str, Any]) -> dict[str, Any]:
-        return fields
-
-    command: ClassVar[str] = ''
+        for name in ('legs', 'recipe'):
+            if name in fields:
+                fields[name] = {leg: LegResult.from_json(found) for leg, found in fields[name].items()}
+        if 'overheads' in fields:
+            fields['overheads'] = {n: Overheads(**_known(Overheads, o)) for n, o in fields['overheads'].items()}
+        return cls(**fields)
 
 
 @dataclasses.dataclass
 class BenchResult(Result):
-    """One env's reference bench (``compatshim bench``): the augment workload timed, the recipe workload's legs
-    checked (what crosses), the overhead probes' raw samples, what ``enable()`` patched, what was planted."""
+    """One env's reference bench (``compatshim bench``): the augment workload timed, the recipe's legs checked, the
+    probes' raw samples, what ``enable()`` patched, what was planted."""
 
     env: str = ''  # the matrix env, e.g. composer0.28.0-cpu
     recipe: dict[str, LegResult] = dataclasses.field(default_factory=dict)
@@ -224,19 +238,12 @@ class BenchResult(Result):
         parts += [f'+{self.planted_hook_us:g} µs per hook call'] if self.planted_hook_us else []
         return f'PLANTED: {", ".join(parts)}' if parts else ''
 
-    @classmethod
-    def _read(cls, fields: dict[str, Any]) -> dict[str, Any]:
-        fields['recipe'] = {name: LegResult.from_json(leg) for name, leg in fields.get('recipe', {}).items()}
-        fields['overheads'] = {n: Overheads(**_known(Overheads, o)) for n, o in fields.get('overheads', {}).items()}
-        return fields
-
 
 @dataclasses.dataclass
 class PipelineResult(Result):
     """One run of ``compatshim bench --pipeline``: a user's pipeline, leg by leg, with the ceiling, and the verdicts."""
 
     pipeline: str = ''  # MODULE:CALLABLE
-    steps: int = 0  # per window
     #: The verdicts, in words (the shim's factor, batch against microbatch, input-bound or not).
     verdicts: list[str] = dataclasses.field(default_factory=list)
     kind: ClassVar[str] = 'pipeline'
@@ -253,18 +260,18 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
 
 
-def _short(value: Any) -> Any:
-    return value.get('name', value) if isinstance(value, dict) else value
+def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tuple[str, ...]) -> Optional[str]:
+    """Why the ``baseline`` fingerprint did not measure the same workload as ``fingerprint`` (``None``: it did), by the
+    ``keys`` (a size is named by its name)."""
 
+    def short(value: Any) -> Any:
+        return value.get('name', value) if isinstance(value, dict) else value
 
-def comparable(result: Any, baseline: Any, keys: tuple[str, ...]) -> Optional[str]:
-    """Why ``baseline`` did not measure the same workload as ``result`` (``None``: it did), by the fingerprint
-    ``keys``."""
-    differ = []
-    for key in keys:
-        now, then = result.fingerprint.get(key), baseline.fingerprint.get(key)
-        if now != then:
-            differ.append(f'{key.replace("_", " ")} {_short(then)} in the baseline, {_short(now)} now')
+    differ = [
+        f'{key.replace("_", " ")} {short(baseline.get(key))} in the baseline, {short(fingerprint.get(key))} now'
+        for key in keys
+        if fingerprint.get(key) != baseline.get(key)
+    ]
     return '; '.join(differ) or None
 
 
@@ -279,8 +286,8 @@ PIPELINE_DIR = Path('.compatshim') / 'benchmarks'
 
 
 class Store:
-    """Baselines of one kind of result in one directory, ``<root>/<name>.json``: one rule for both benches — a baseline
-    is replaced only when the caller asks (``--save NAME`` asks; ``report --record`` asks with ``--replace``)."""
+    """Baselines of one kind of result in ``<root>/<name>.json``, one rule for both benches: a baseline is replaced
+    only when the caller asks (``--save NAME`` asks; ``report --record`` with ``--replace``)."""
 
     def __init__(self, root: PathLike, kind: type[Result]) -> None:
         self.root, self.kind = Path(root), kind
@@ -315,11 +322,8 @@ class Store:
 
 def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
     """Every reference result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives
-    the results it holds, without the judgements beside them), sorted by device, Composer release, torch.
-
-    Raises:
-        ValueError: A path is missing, or a file is neither a bench result nor a report (the message names it).
-    """
+    the results it holds), sorted by device, Composer release, torch (``ValueError`` naming a path that is missing or a
+    file that is neither a bench result nor a report)."""
     from packaging.version import Version
 
     found: list[BenchResult] = []
@@ -332,17 +336,16 @@ def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f'{file} is neither a bench result (compatshim bench --out) nor a report: {exc}'
-                ) from exc
+                what = 'a bench result (compatshim bench --out) nor a report'
+                raise ValueError(f'{file} is neither {what}: {exc}') from exc
     return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0])))
 
 
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
     """``result``'s baseline under ``root`` (``<root>/<device>/<env>.json``), and the line that fails the run when
     there is none to judge against: one that cannot be read, or none although its device has some (a renamed env, or a
-    forgotten ``--record``). The one rule of ``compatshim report`` and ``compatshim bench --baselines``. A device with
-    no baselines at all is a first run: no line (its metrics are inconclusive)."""
+    forgotten ``--record``); a device with no baselines at all is a first run. The one rule of ``compatshim report``
+    and ``compatshim bench --baselines``."""
     store = Store(Path(root) / result.device, BenchResult)
     record = f'tox -e bench-{result.env},report -- --record'
     elsewhere = 'compatshim report --results RESULT.json --baselines DIR --out DIR --record'

@@ -1,18 +1,15 @@
-"""The comparison rule: the kinds of metric (how each reads its samples, its minimum effect or limit, its test), and
-the judge that applies them to a result and its baseline.
+"""The comparison rule: the kinds of metric (how each reads its samples, its minimum effect or limit, its test) and
+the judge that applies them to a result and its baseline. :data:`RULE` states it in one paragraph.
 
 Only what another machine cannot move is gated: counts exactly; same-run ratios of *like* work (two legs doing the
-same work by different routes, back to back in the same rounds); compatshim's own cost as a share of a step, held to
-a stated limit. Ratios of unlike work and absolute times are reported, never judged — except a pipeline leg against
-its ceiling, which judges a user's pipeline against the baseline the user saved on their own runner. :data:`RULE`
-states it in one paragraph; the report and the docs quote it.
-
-Two numbers, as asv compare has (a factor and a rank test): the rank test keeps a gate quiet on a shared machine (a
-run of noisy rounds can look far off and mean nothing), the minimum effect keeps it quiet on a calm one (two sessions
-of unchanged code differ, significantly, by a little). The p-value is the normal approximation of the U statistic with
-the tie and continuity corrections, not scipy's exact distribution: it is conservative at these sizes (3 rounds a side
-can never reach :data:`ALPHA`, so ``--quick`` never gates a timing), handles the ties that exact tables do not, needs
-no dependency, and on every recorded case the minimum effect, not the test, decides. Imports nothing heavy.
+same work by different routes, back to back in the same rounds); compatshim's own cost as a share of a step, held to a
+stated limit; and a pipeline leg against its ceiling, which judges a user's pipeline against the baseline the user
+saved on their own runner. Two numbers, as asv compare has: the rank test keeps a gate quiet on a shared machine (noisy
+rounds can look far off and mean nothing), the minimum effect keeps it quiet on a calm one (two sessions of unchanged
+code differ, significantly, by a little). The p-value is the normal approximation of the U statistic with the tie and
+continuity corrections, not scipy's exact distribution: conservative at these sizes (3 rounds a side can never reach
+:data:`ALPHA`, so ``--quick`` never gates a timing), it handles ties, needs no dependency, and on every recorded case
+the minimum effect, not the test, decides. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from compatshim._placement import Placement, Word
-from compatshim.bench.results import LegResult, Overheads, Result, comparable, spread
+from compatshim.bench.results import Coherence, LegResult, Overheads, Result, comparable, spread
 
 __all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'Source', 'judge', 'mann_whitney_p', 'worst']
 
@@ -99,8 +96,8 @@ def worst(judgements: Iterable[Judgement]) -> Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where a metric's numbers are: a leg (of the recipe workload with ``recipe``), its partner in a same-run ratio,
-    an overhead probe."""
+    """Where a metric's numbers are: a leg (of the reference's recipe workload with ``recipe``), its partner in a
+    same-run ratio, an overhead probe."""
 
     leg: str = ''
     partner: str = ''
@@ -114,11 +111,23 @@ class Source:
         return result.probe(self.probe)
 
 
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """A leg's placement as the rule compares it: the placement alone (a leg that could not run is ``unavailable``,
+    whatever its reason), shown with the reason."""
+
+    placement: Placement
+    why: str = dataclasses.field(default='', compare=False)
+
+    def __str__(self) -> str:
+        return f'{self.placement} ({self.why})' if self.why else str(self.placement)
+
+
 class Kind:
-    """What a metric is: how it reads its samples from a result (:meth:`read`), judges them (against a baseline, or
-    alone: ``against_baseline``), quotes (:meth:`central`) and shows them; ``sentence`` is its part of :data:`RULE`
-    (``''``: reported, never judged) and ``holds`` says what can move it; ``min_effect`` and ``sizes`` (the workload
-    sizes it is judged at; ``None``: all) where it has them; ``paired``: the engine runs its two legs back to back."""
+    """What a metric is: how it reads its samples from a result, judges them (against a baseline, or alone:
+    ``against_baseline``), quotes (:meth:`central`) and shows them; ``sentence`` is its part of :data:`RULE` (``''``:
+    reported, never judged) and ``holds`` says what can move it; ``min_effect`` and ``sizes`` (the workload sizes it
+    is judged at; ``None``: all) where it has them; ``paired``: the engine runs its two legs back to back."""
 
     name, unit, digits, sentence, holds = '', '', '.3f', '', ''
     against_baseline, paired = True, False
@@ -183,9 +192,9 @@ class Reported(Kind):
 
 
 class Share(Kind):
-    """A path of compatshim's (the source's probe) as a share of a step of a leg, in percent, one sample per round
-    (its µs per batch in that round over the leg's step of the same round), held to a fixed limit: the product's
-    promise, far above what any machine measured and below what a real regression costs."""
+    """A path of compatshim's (the source's probe) as a share of a step of a leg, in percent, one sample per round (its
+    µs per batch in that round over the leg's step of the same round), held to a fixed limit: the product's promise,
+    far above what any machine measured and below what a real regression costs."""
 
     name, unit, against_baseline = 'share of a step', '%', False
 
@@ -205,10 +214,8 @@ class Share(Kind):
         return [100 * statistics.mean(us) / step for us, step in zip(extra, step_s) if us]
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
-        share = statistics.median(now)
-        outcome, reason = (
-            (Outcome.REGRESSION, 'over the limit') if share > self.limit else (Outcome.OK, 'within the limit')
-        )
+        share, over = statistics.median(now), statistics.median(now) > self.limit
+        outcome, reason = (Outcome.REGRESSION, 'over the limit') if over else (Outcome.OK, 'within the limit')
         return Judgement(metric, outcome, reason, None, share, f'≤ {self.limit:g}%', None, '%')
 
     def show(self, samples: list[Any]) -> str:
@@ -216,8 +223,9 @@ class Share(Kind):
 
 
 class Exact(Kind):
-    """A fact of a leg (its ``field``) that must be exactly as before: any change is a regression, but those
-    ``improves(before, now)`` calls an improvement (the baseline is stale). The same on any machine."""
+    """A fact of a leg (a count ``field`` with a ``unit``, or its placement without one) that must be exactly as
+    before: any change is a regression, but those ``improves(before, now)`` calls an improvement (the baseline is
+    stale). The same on any machine."""
 
     holds = 'only the code: a count'
 
@@ -228,8 +236,8 @@ class Exact(Kind):
         leg = source.leg_of(result)
         if leg is None:
             return []
-        if self.field == 'placement':  # a leg that did not run: its placement is why
-            return [leg.placement if leg.available else f'{Placement.UNAVAILABLE} ({leg.reason})']
+        if not self.unit:  # the placement: a leg that could not run is unavailable, and its reason says why
+            return [Where(leg.placement) if leg.available else Where(Placement.UNAVAILABLE, leg.reason)]
         return [float(getattr(leg, self.field))] if leg.available else []
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
@@ -285,7 +293,7 @@ def _on_device(source: Source, result: Result) -> Optional[str]:
         return None
     if leg.placement is not Placement.DEVICE:
         return f'the transform ran on the {leg.placement}, expected the device'
-    if source.leg == 'shim-batch' and leg.calls_per_step != 1:
+    if source.leg == 'shim-batch' and leg.coherence is not Coherence.COHERENT:
         return f'stage batch is {leg.coherence_text}, expected one call per step'
     return ''
 
@@ -339,7 +347,7 @@ CALLS = Exact(
 PLACEMENT_AS_BEFORE = Exact(
     'placement',
     'placement',
-    lambda old, new: new == Placement.DEVICE,
+    lambda old, new: new.placement is Placement.DEVICE,
     "a pipeline leg's placement that changes from its baseline's, other than to the device",
 )
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
@@ -367,7 +375,7 @@ RULE = (
 def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> list[Judgement]:
     """Every gated metric of ``metrics`` measured in ``result``, against ``baseline`` (``None``: none), which must
     match ``result`` in the fingerprint ``keys``."""
-    unlike = None if baseline is None else comparable(result, baseline, keys)
+    unlike = None if baseline is None else comparable(result.fingerprint, baseline.fingerprint, keys)
     out = []
     for metric in metrics:
         now = metric.read(result) if metric.gated_for(result) else []

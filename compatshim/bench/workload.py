@@ -1,14 +1,11 @@
-"""The benchmark workloads: synthetic images, small CNNs, and the ``device_transforms`` under test.
+"""The built-in reference pipelines, plain torch on synthetic data (nothing is downloaded), as the engine measures any
+pipeline (:func:`pipeline`):
 
-Everything is plain torch, so it runs on any device, and nothing is downloaded.
-
-* ``augment``: float32 images and a heavy, batch-coherent augmentation (:class:`Augment`: random resized crop, colour
-  jitter, Gaussian blur and mixup, each drawing **one** set of parameters per call from its own seeded generator).
-  It measures what running the transform on the device costs or saves.
-* ``recipe``: the canonical use of ``device_transforms`` (MosaicML's ImageNet ResNet recipe): a collate that yields
-  **uint8** NCHW images and int64 labels, then, on the device, normalisation with mean/std in 0–255 units and a
-  batch-level random crop and flip (:class:`RecipeTransform`). It measures what crosses to the device: 1 byte per
-  pixel when the transform runs after the move, 4 when it runs before it.
+* ``augment``: float32 images and a heavy, batch-coherent augmentation (:class:`Augment`): what running the transform
+  on the device costs or saves. Timed.
+* ``recipe``: the canonical use of ``device_transforms`` (MosaicML's ImageNet ResNet recipe): uint8 NCHW images from a
+  per-sample collate, normalised (mean/std in 0–255 units), cropped and flipped on the device
+  (:class:`RecipeTransform`): what crosses to the device, 1 byte per pixel after the move, 4 before it. Checked.
 """
 
 from __future__ import annotations
@@ -24,31 +21,44 @@ from compatshim.bench.engine import Pipeline, Size
 
 __all__ = ['Augment', 'RecipeTransform', 'default_size', 'pipeline']
 
+N_CLASSES = 10
+#: ImageNet channel mean and std in 0–255 units, as the recipe's device normalisation uses them.
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
 
 def default_size(device: str) -> str:
     """The size a device is measured at unless told otherwise: ``cpu`` on the host, ``gpu`` on an accelerator."""
     return 'cpu' if device == 'cpu' else 'gpu'
 
 
-N_CLASSES = 10
-
-
 def bench_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
-    """A loader over ``size.steps`` batches of random images with one-hot float labels (one epoch = one window).
-
-    Each batch is one indexing of the in-memory tensors (no per-sample collate), so loading costs next to nothing
-    and Composer's per-``fit`` sampler restore (one batch per past epoch) does not grow into the timings.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    n = size.batch * size.steps
+    """``size.steps`` batches of random float images with one-hot labels, each batch one indexing of the in-memory
+    tensors (no per-sample collate: loading costs next to nothing, and Composer's per-``fit`` sampler restore does not
+    grow into the timings)."""
+    gen, n = torch.Generator().manual_seed(seed), size.batch * size.steps
     x = torch.rand(n, 3, size.image, size.image, generator=gen)
     y = F.one_hot(torch.randint(0, N_CLASSES, (n,), generator=gen), N_CLASSES).float()
     batches = BatchSampler(SequentialSampler(range(n)), batch_size=size.batch, drop_last=True)
     return DataLoader(TensorDataset(x, y), batch_size=None, sampler=batches)
 
 
-def bench_model() -> Any:
-    """A small CNN as a ComposerModel with a soft-label cross-entropy (mixup makes labels soft)."""
+def recipe_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
+    """``size.steps`` batches of random uint8 NCHW images with int64 labels, collated per sample as the recipe does."""
+    gen, n = torch.Generator().manual_seed(seed), size.batch * size.steps
+    x = torch.randint(0, 256, (n, 3, size.image, size.image), generator=gen, dtype=torch.uint8)
+    y = torch.randint(0, N_CLASSES, (n,), generator=gen)
+
+    def collate(samples: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.stack([image for image, _ in samples]), torch.stack([label for _, label in samples]).long()
+
+    return DataLoader(TensorDataset(x, y), batch_size=size.batch, shuffle=False, drop_last=True, collate_fn=collate)
+
+
+def bench_model(soft_labels: bool = True) -> Any:
+    """A small CNN as a ComposerModel: a soft-label cross-entropy (mixup makes labels soft), or with ``soft_labels``
+    off a hard-label one (the recipe's, which expects normalised float images: a uint8 batch fails in the first
+    convolution, as a real model would)."""
     from composer.models import ComposerModel
 
     class BenchModel(ComposerModel):
@@ -67,30 +77,37 @@ def bench_model() -> Any:
             return out
 
         def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if not soft_labels:
+                return F.cross_entropy(outputs, batch[1])
             loss: torch.Tensor = -(batch[1] * F.log_softmax(outputs, dim=1)).sum(dim=1).mean()
             return loss
 
     return BenchModel()
 
 
-class Augment:
-    """Batch-level random resized crop → colour jitter → Gaussian blur → mixup, one draw per call.
+def recipe_model() -> Any:
+    """The recipe's model: :func:`bench_model` with hard labels."""
+    return bench_model(soft_labels=False)
 
-    Parameters are drawn on the host from a seeded generator (so every device draws the same ones); the pixel work
-    runs wherever the batch is. ``calls`` counts the calls.
 
-    Args:
-        blur: Gaussian kernel size (odd).
-        seed: Seed of the parameter generator.
-    """
+class _Drawn:
+    """A transform drawing its batch-level parameters on the host from its own seeded generator (so every device
+    draws the same ones); ``calls`` counts its calls."""
 
-    def __init__(self, blur: int, seed: int = 0) -> None:
-        self.blur = blur
-        self.gen = torch.Generator().manual_seed(seed)
-        self.calls = 0
+    def __init__(self, seed: int = 0) -> None:
+        self.gen, self.calls = torch.Generator().manual_seed(seed), 0
 
     def _uniform(self, low: float, high: float) -> float:
         return low + (high - low) * float(torch.rand((), generator=self.gen))
+
+
+class Augment(_Drawn):
+    """Batch-level random resized crop → colour jitter → Gaussian blur (kernel ``blur``, odd) → mixup, one draw per
+    call; the pixel work runs wherever the batch is."""
+
+    def __init__(self, blur: int, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.blur = blur
 
     def __call__(self, batch: Any) -> Any:
         self.calls += 1
@@ -101,8 +118,7 @@ class Augment:
         ratio = math.exp(self._uniform(math.log(3 / 4), math.log(4 / 3)))
         ch = max(2, min(h, int(round(math.sqrt(area / ratio)))))
         cw = max(2, min(w, int(round(math.sqrt(area * ratio)))))
-        top = int(self._uniform(0, h - ch + 1))
-        left = int(self._uniform(0, w - cw + 1))
+        top, left = int(self._uniform(0, h - ch + 1)), int(self._uniform(0, w - cw + 1))
         x = F.interpolate(x[:, :, top : top + ch, left : left + cw], size=(h, w), mode='bilinear', align_corners=False)
         # Colour jitter: brightness, contrast (batch mean), saturation.
         x = x * self._uniform(0.6, 1.4)
@@ -120,70 +136,16 @@ class Augment:
         # Mixup: one lambda and one permutation over the whole batch.
         lam = self._uniform(0.0, 1.0)
         perm = torch.randperm(n, generator=self.gen).to(x.device)
-        x = lam * x + (1 - lam) * x[perm]
-        y = lam * y + (1 - lam) * y[perm]
+        x, y = lam * x + (1 - lam) * x[perm], lam * y + (1 - lam) * y[perm]
         return (x.clamp(0, 1), y) if isinstance(batch, tuple) else [x.clamp(0, 1), y]
 
     def __repr__(self) -> str:
         return f'Augment(blur={self.blur})'
 
 
-# --- The recipe workload --------------------------------------------------------------------------------------------
-
-#: ImageNet channel mean and std in 0–255 units, as the recipe's device normalisation uses them.
-IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-
-
-def _uint8_collate(samples: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Like the recipe's collate: stack uint8 HWC-decoded images as uint8 NCHW, labels as int64."""
-    images = torch.stack([image for image, _ in samples])
-    labels = torch.stack([label for _, label in samples]).to(torch.int64)
-    return images, labels
-
-
-def recipe_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
-    """A loader over ``size.steps`` batches of random uint8 NCHW images with int64 labels, collated per sample."""
-    gen = torch.Generator().manual_seed(seed)
-    n = size.batch * size.steps
-    x = torch.randint(0, 256, (n, 3, size.image, size.image), generator=gen, dtype=torch.uint8)
-    y = torch.randint(0, N_CLASSES, (n,), generator=gen)
-    return DataLoader(
-        TensorDataset(x, y), batch_size=size.batch, shuffle=False, drop_last=True, collate_fn=_uint8_collate
-    )
-
-
-def recipe_model() -> Any:
-    """The benchmark CNN with a hard-label cross-entropy, as a ComposerModel. It expects normalised float images: a
-    uint8 batch (the transform never ran) fails in the first convolution, as a real model would."""
-    from composer.models import ComposerModel
-
-    class RecipeModel(ComposerModel):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = bench_model().net
-
-        def forward(self, batch: Any) -> torch.Tensor:
-            out: torch.Tensor = self.net(batch[0])
-            return out
-
-        def loss(self, outputs: torch.Tensor, batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
-            return F.cross_entropy(outputs, batch[1])
-
-    return RecipeModel()
-
-
-class RecipeTransform:
-    """The recipe's device transform: uint8 → float32, normalise (mean/std in 0–255 units), then one random crop
-    (padded by ``image // 8``, back to the same size) and one horizontal flip decision for the whole batch.
-
-    Args:
-        seed: Seed of the parameter generator (parameters are drawn on the host, one draw per call).
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.gen = torch.Generator().manual_seed(seed)
-        self.calls = 0
+class RecipeTransform(_Drawn):
+    """The recipe's device transform: uint8 → float32, normalised, then one random crop (padded by ``image // 8``,
+    back to the same size) and one horizontal flip decision for the whole batch."""
 
     def __call__(self, batch: Any) -> Any:
         self.calls += 1
@@ -205,8 +167,7 @@ class RecipeTransform:
 
 
 def pipeline(name: str, size: Size) -> Pipeline:
-    """The built-in reference pipeline ``name`` (``augment`` or ``recipe``) at ``size``, as the engine measures any
-    pipeline."""
+    """The built-in reference pipeline ``name`` (``augment`` or ``recipe``) at ``size``."""
     if name == 'augment':
         return Pipeline(bench_loader(size), Augment(size.blur), bench_model(), size.microbatch)
     return Pipeline(recipe_loader(size), RecipeTransform(), recipe_model(), size.microbatch)

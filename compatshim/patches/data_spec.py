@@ -1,10 +1,9 @@
 """The shim's patch of ``composer.core.data_spec.DataSpec.__init__``.
 
 The wrapper takes ``device_transforms`` (and the shim's own ``data_transfer_stage``) away from Composer, lets
-Composer build the DataSpec without it, then installs :class:`~compatshim._transforms.BatchHook` (and, on 0.27+,
-:class:`~compatshim._transforms.MicrobatchHook`) around the hooks Composer calls, and notes where each transform now
-sits (:mod:`compatshim._dataspecs`). Composer's signature is not restated: arguments are bound against the original's
-own signature.
+Composer build the DataSpec without it (the call bound against the original's own signature), then installs
+:class:`~compatshim._transforms.BatchHook` (and, on 0.27+, :class:`~compatshim._transforms.MicrobatchHook`) around
+the hooks Composer calls, and notes where each transform now sits (:mod:`compatshim._dataspecs`).
 """
 
 from __future__ import annotations
@@ -40,9 +39,8 @@ def _take_device_transforms(
             return None, args, kwargs
         kwargs = dict(kwargs)
         return kwargs.pop('device_transforms'), args, kwargs
-    try:
-        bound = signature.bind_partial(None, *args, **kwargs)
-    except TypeError:
+    bound = _patching.bound(signature, None, *args, **kwargs)
+    if bound is None:
         return None, args, kwargs  # let Composer report its own argument error
     transform = bound.arguments.pop('device_transforms', None)
     return transform, bound.args[1:], bound.kwargs
@@ -50,11 +48,8 @@ def _take_device_transforms(
 
 def given(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> frozenset[str]:
     """The transform arguments a ``DataSpec(...)`` call gives (bound against Composer's signature where it can be)."""
-    try:
-        arguments = signature.bind_partial(None, *args, **kwargs).arguments
-    except TypeError:
-        arguments = kwargs
-    return _dataspecs.given_transforms(arguments)
+    bound = _patching.bound(signature, None, *args, **kwargs)
+    return _dataspecs.given_transforms(kwargs if bound is None else bound.arguments)
 
 
 def _check_transform(transform: Any) -> None:
@@ -73,15 +68,9 @@ def _make_init(original: Callable[..., None], record: _patching.Patch, family: F
         if not record.active:  # switched off beneath another wrapper: Composer's own behaviour, keywords and all
             record.original(self, *args, **kwargs)
             return
-        data_transfer_stage = kwargs.pop('data_transfer_stage', None)
-        stage = (
-            None
-            if data_transfer_stage is None
-            else _stages.validate_stage(
-                data_transfer_stage,
-                what='DataSpec data_transfer_stage',
-            )
-        )
+        stage = kwargs.pop('data_transfer_stage', None)
+        if stage is not None:
+            stage = _stages.validate_stage(stage, what='DataSpec data_transfer_stage')
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         record.original(self, *args, **kwargs)

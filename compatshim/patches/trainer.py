@@ -1,9 +1,5 @@
-"""Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame.
-
-The wrappers add nothing to the loops but a frame (:mod:`compatshim._loop_frames`) naming the trainer's device, so
-that the DataSpec hooks can move a batch through ``state.device.batch_to_device`` as Composer itself does. Switched
-off (``disable()`` under another wrapper), a wrapper calls the loop and nothing else.
-"""
+"""Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame
+(:mod:`compatshim._loop_frames`) naming the trainer's device, and add nothing else to the loops."""
 
 from __future__ import annotations
 

@@ -2,13 +2,9 @@
 
 After Composer (and the shim, if it is on) built the DataSpec, it notes which transforms the DataSpec was given and
 where Composer keeps each (:func:`compatshim._dataspecs.composer_slots`), so that the monitor can tell a transform
-that was never called from one that was never given, and knows it at the start of the loop. It changes no argument
-and no attribute.
-
-Its patch set is its own (:data:`WATCH`), as an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it
-alone (the monitor is how you see that the shim is off), ``compatshim.status()`` does not list it, and :func:`unwatch`
-restores it with the shim's discipline (exactly where it is on top; an inert pass-through beneath another library's
-wrapper).
+never called from one never given; it changes no argument and no attribute. Its patch set (:data:`WATCH`) is its
+own, as an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that
+the shim is off) and ``compatshim.status()`` does not list it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
 from compatshim._accelerator import accelerator
-from compatshim.bench import overhead, reference
+from compatshim.bench import reference
 from compatshim.bench.metrics import PROBES, REFERENCE_LEGS, metric
 from compatshim.bench.report import plain_words
 from compatshim.bench.results import BenchResult, LegStatus
@@ -82,7 +82,7 @@ def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult
     for name, found in result.overheads.items():
         assert len(found.path_s) == len(found.direct_s) == reference.PROBE_SAMPLES * rounds, name
         assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(reference.PROBE_SAMPLES)], name
-        assert found.calls == overhead.CALLS[name.partition('-')[0]]
+        assert found.calls == reference.CALLS[name.partition('-')[0]]
     assert len(metric('monitor share of a step').read(result)) == rounds
     assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
     assert 'on the device' in result.legs['shim-batch'].monitor
@@ -108,7 +108,7 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
         pytest.skip(f'Composer {COMPOSER} is unaffected: the shim installs no hook to probe')
     transform = _Counting()
     compatshim.enable() if name.startswith('hook') else compatshim.disable()
-    probe = overhead.make_probe(name, accelerator('cpu'), transform, make_device=FakeAcceleratorDevice)
+    probe = reference.make_probe(name, accelerator('cpu'), transform, make_device=FakeAcceleratorDevice)
     try:
         compatshim.enable()
         path_s, direct_s = probe.sample()
@@ -159,7 +159,7 @@ def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
     from compatshim._transforms import BatchHook, MicrobatchHook
 
     before = (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__'])
-    with overhead.planted_hook_delay(50):
+    with reference.planted_hook_delay(50):
         assert BatchHook.__dict__['__call__'] is not before[0]
     assert (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__']) == before
 

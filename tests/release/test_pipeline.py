@@ -235,7 +235,7 @@ def test_the_verdicts_are_the_tables_figures_and_say_when_they_cannot_tell() -> 
 
     result = _recorded('main')
     said = pipeline.verdicts(result)
-    table = {name: statistics.median(pipeline._step_ms(result, name)) for name in ('native-batch', 'shim-batch')}
+    table = {name: statistics.median(result.step_ms(name)) for name in ('native-batch', 'shim-batch')}
     factor = table['native-batch'] / table['shim-batch']
     line = next(v for v in said if v.startswith('against the workaround batch_transforms=fn'))
     expected = 'as fast as' if 0.95 <= factor <= 1.05 else 'faster' if factor > 1 else 'slower'
