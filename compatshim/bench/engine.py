@@ -110,21 +110,22 @@ class Source:
         raise ValueError('the dataloader yields no batch')
 
 
+@dataclasses.dataclass
 class Windows:
-    """An epoch of ``steps`` batches from the source (or, ``replay``, the same stored batches every epoch)."""
+    """An epoch of ``steps`` batches from the source, or (``replay``) the same stored batches every epoch."""
 
-    def __init__(self, source: Optional[Source], steps: int, replay: Optional[list[Any]] = None) -> None:
-        self.source, self.steps, self.replay = source, steps, replay
+    source: Optional[Source]
+    steps: int
+    replay: Optional[list[Any]] = None
 
     def __len__(self) -> int:
         return self.steps if self.replay is None else len(self.replay)
 
     def __iter__(self) -> Iterator[Any]:
         if self.replay is not None:
-            yield from self.replay
-            return
+            return iter(self.replay)
         assert self.source is not None
-        yield from (self.source.next() for _ in range(self.steps))
+        return (self.source.next() for _ in range(self.steps))
 
 
 def _consumer() -> Any:
@@ -238,7 +239,7 @@ def check(
 
 @dataclasses.dataclass
 class Run:
-    """A timed leg: its Trainer and monitor, and what its windows measured."""
+    """A timed leg: its Trainer and monitor, what its windows measured."""
 
     leg: Leg
     trainer: Any

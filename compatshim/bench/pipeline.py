@@ -1,11 +1,7 @@
 """``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim
-(docs/pipeline.md).
-
-The callable (the current directory is on the path) returns a :class:`~compatshim.bench.engine.Pipeline`, or a plain
-mapping of its fields, so that your module need not import compatshim. Every leg of
-:data:`~compatshim.bench.metrics.LEGS` that exists on the release runs, the ``ceiling`` too (the same steps on batches
-already transformed and on the device: data for free), each timed leg back to back with a ceiling window. :func:`run`
-is the whole gate — refuse what cannot be compared, measure, compare, save — for the CLI and the pytest fixture.
+(docs/pipeline.md): every leg that exists on the release, and the ``ceiling`` (the same steps on batches already
+transformed and on the device), each timed leg back to back with a ceiling window. :func:`run` is the whole gate —
+refuse what cannot be compared, measure, compare, save — for the CLI and the pytest fixture alike.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 import compatshim
 from compatshim import _exits
@@ -36,6 +32,12 @@ WAIT_LIMIT = 0.05
 #: Rounds below which no timing verdict is given (the rank test of the gate needs as many: 5).
 VERDICT_ROUNDS = 5
 FIELDS = tuple(field.name for field in dataclasses.fields(Pipeline))
+
+
+def _is_model(value: Any) -> bool:
+    from composer.models import ComposerModel
+
+    return isinstance(value, ComposerModel)
 
 
 class PipelineError(ValueError):
@@ -59,21 +61,17 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
             f'{name}() returned {type(made).__name__}, not a compatshim.bench.Pipeline or a mapping with dataloader '
             'and transform'
         )
-    fields: dict[str, Any] = vars(made)  # the user's values, whatever their annotations say
-    size, problems = fields['microbatch_size'], []
-    if not hasattr(fields['dataloader'], '__iter__'):
-        problems.append(f'dataloader is {type(fields["dataloader"]).__name__}, not an iterable of batches')
-    if not callable(fields['transform']):
-        problems.append(f'transform is {type(fields["transform"]).__name__}, not a callable')
-    if made.model is not None:
-        from composer.models import ComposerModel
-
-        if not isinstance(made.model, ComposerModel):
-            problems.append(f'model is {type(made.model).__name__}, not a ComposerModel')
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        problems.append(f'microbatch_size is {size!r}, not an int >= 1')
-    if fields['get_num_samples_in_batch'] is not None and not callable(fields['get_num_samples_in_batch']):
-        problems.append('get_num_samples_in_batch is not a callable')
+    user: dict[str, Any] = vars(made)  # the user's values, whatever the annotations say
+    checks: dict[str, tuple[Callable[[Any], bool], str]] = {
+        'dataloader': (lambda v: hasattr(v, '__iter__'), 'not an iterable of batches'),
+        'transform': (callable, 'not a callable'),
+        'model': (lambda v: v is None or _is_model(v), 'not a ComposerModel'),
+        'microbatch_size': (lambda v: v is None or type(v) is int and v >= 1, 'not an int >= 1'),
+        'get_num_samples_in_batch': (lambda v: v is None or callable(v), 'not a callable'),
+    }
+    shown = {field: type(value).__name__ for field, value in user.items()}
+    shown['microbatch_size'] = repr(user['microbatch_size'])
+    problems = [f'{field} is {shown[field]}, {wrong}' for field, (ok, wrong) in checks.items() if not ok(user[field])]
     if problems:
         raise PipelineError(f'{name}(): ' + '; '.join(problems))
     return made

@@ -1,15 +1,11 @@
-"""The comparison rule: the kinds of metric (how each reads its samples, its minimum effect or limit, its test) and
-the judge that applies them to a result and its baseline. :data:`RULE` states it in one paragraph.
+"""The comparison rule (:data:`RULE`, one paragraph): the kinds of metric (how each reads its samples, its minimum
+effect or limit, its test) and the judge that applies them to a result and its baseline.
 
-Only what another machine cannot move is gated: counts exactly; same-run ratios of *like* work (two legs doing the
-same work by different routes, back to back in the same rounds); compatshim's own cost as a share of a step, held to a
-stated limit; and a pipeline leg against its ceiling, which judges a user's pipeline against the baseline the user
-saved on their own runner. Two numbers, as asv compare has: the rank test keeps a gate quiet on a shared machine (noisy
-rounds can look far off and mean nothing), the minimum effect keeps it quiet on a calm one (two sessions of unchanged
-code differ, significantly, by a little). The p-value is the normal approximation of the U statistic with the tie and
-continuity corrections, not scipy's exact distribution: conservative at these sizes (3 rounds a side can never reach
-:data:`ALPHA`, so ``--quick`` never gates a timing), it handles ties, needs no dependency, and on every recorded case
-the minimum effect, not the test, decides. Imports nothing heavy.
+Two numbers, as asv compare has: the rank test keeps a gate quiet on a shared machine, the minimum effect on a calm
+one (two sessions of unchanged code differ, significantly, by a little). The p-value is the normal approximation of the
+U statistic with tie and continuity corrections, not scipy's exact distribution: conservative at these sizes (3 rounds
+a side can never reach :data:`ALPHA`, so ``--quick`` never gates a timing), it handles ties, needs no dependency, and
+on every recorded case the minimum effect, not the test, decides. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -96,8 +92,7 @@ def worst(judgements: Iterable[Judgement]) -> Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where a metric's numbers are: a leg (of the reference's recipe workload with ``recipe``), its partner in a
-    same-run ratio, an overhead probe."""
+    """Where a metric's numbers are: a leg (of the recipe workload with ``recipe``), its partner, a probe."""
 
     leg: str = ''
     partner: str = ''
@@ -113,8 +108,7 @@ class Source:
 
 @dataclasses.dataclass(frozen=True)
 class Where:
-    """A leg's placement as the rule compares it: the placement alone (a leg that could not run is ``unavailable``,
-    whatever its reason), shown with the reason."""
+    """A leg's placement as the rule compares it (a leg that could not run is ``unavailable``), shown with why."""
 
     placement: Placement
     why: str = dataclasses.field(default='', compare=False)
@@ -124,10 +118,9 @@ class Where:
 
 
 class Kind:
-    """What a metric is: how it reads its samples from a result, judges them (against a baseline, or alone:
-    ``against_baseline``), quotes (:meth:`central`) and shows them; ``sentence`` is its part of :data:`RULE` (``''``:
-    reported, never judged) and ``holds`` says what can move it; ``min_effect`` and ``sizes`` (the workload sizes it
-    is judged at; ``None``: all) where it has them; ``paired``: the engine runs its two legs back to back."""
+    """What a metric is: how it reads, judges (against a baseline, or alone), quotes and shows its samples;
+    ``sentence``: its part of :data:`RULE` (``''``: never judged); ``holds``: what can move it; ``sizes``: the workload
+    sizes it is judged at (``None``: all); ``paired``: the engine runs its two legs back to back."""
 
     name, unit, digits, sentence, holds = '', '', '.3f', '', ''
     against_baseline, paired = True, False
@@ -148,8 +141,8 @@ class Kind:
 
 
 class Ratio(Kind):
-    """A leg's throughput over its partner's, one sample per round (the partner's window beside the leg's over the
-    leg's), judged by the change of its median against the baseline's and a one-sided rank test; higher is better."""
+    """A leg's throughput over its partner's, one sample per round, judged by the change of its median against the
+    baseline's and a one-sided rank test; higher is better."""
 
     name, unit, paired = 'same-run ratio', '×', True
 
@@ -192,9 +185,8 @@ class Reported(Kind):
 
 
 class Share(Kind):
-    """A path of compatshim's (the source's probe) as a share of a step of a leg, in percent, one sample per round (its
-    µs per batch in that round over the leg's step of the same round), held to a fixed limit: the product's promise,
-    far above what any machine measured and below what a real regression costs."""
+    """A path of compatshim's (a probe) as a share of a step of a leg in the same round, in percent, held to a fixed
+    limit: the product's promise, far above what any machine measured, below what a real regression costs."""
 
     name, unit, against_baseline = 'share of a step', '%', False
 
@@ -223,9 +215,8 @@ class Share(Kind):
 
 
 class Exact(Kind):
-    """A fact of a leg (a count ``field`` with a ``unit``, or its placement without one) that must be exactly as
-    before: any change is a regression, but those ``improves(before, now)`` calls an improvement (the baseline is
-    stale). The same on any machine."""
+    """A fact of a leg (a count ``field`` with a ``unit``, or its placement) exactly as before: any change is a
+    regression, but those ``improves(before, now)`` calls an improvement (the baseline is stale)."""
 
     holds = 'only the code: a count'
 
@@ -264,8 +255,8 @@ class Exact(Kind):
 
 
 class Check(Kind):
-    """A fact of the run that must hold whatever the timings: ``find`` gives the problem in words ('' when it holds,
-    ``None`` where it cannot be checked); any problem is a regression."""
+    """A fact of the run that must hold whatever the timings: ``find`` gives the problem ('' when it holds, ``None``
+    where it cannot be checked)."""
 
     name, against_baseline, holds = 'check', False, 'only the code: a fact of the run'
 
@@ -303,18 +294,16 @@ def _nothing_patched(source: Source, result: Result) -> Optional[str]:
     return None if patched is None else f'enable() patched {", ".join(patched)}' if patched else ''
 
 
-#: Two legs of like work in one process still differ from session to session: the offset is the process's (two
-#: Trainers of one leg in one process agree within 1%), shared by every round, so the rank test cannot see it. On the
-#: 2-core machine, three sessions of unchanged code moved these ratios by up to 10.3% (once +9.2% at p = 0.0005),
-#: while a planted 20% slower transform moved shim-batch/unpatched by 11.4% to 18.7%: the minimum effect lies between.
+#: Two legs of like work in one process still differ from session to session by an offset shared by every round (two
+#: Trainers of one leg in one process agree within 1%): three sessions of unchanged code moved these ratios by up to
+#: 10.3%, a planted 20% slower transform by 11.4-18.7%. The minimum effect lies between.
 RATIO = Ratio(
     0.10,
     'a same-run ratio (two legs doing the same work, back to back in every round)',
     "the shim's code; a slower machine or a slow phase touches both legs alike",
 )
-#: A pipeline leg against its ceiling is unlike work (the leg transforms, the ceiling does not): unchanged runs on the
-#: 2-core machine moved it by up to 19% (a slow phase touches the two differently), a 2x slower transform at 40% of
-#: the step moves it by 25-35%. It judges a user's pipeline against a baseline the user saved, on their own runner.
+#: A pipeline leg against its ceiling is unlike work: unchanged runs moved it by up to 19%, a 2x slower transform at
+#: 40% of the step by 25-35%. It judges a user's pipeline against a baseline saved on their own kind of runner.
 BESIDE = Ratio(
     0.20,
     'a pipeline leg against the ceiling window beside it in every round (the same steps on data already transformed '
@@ -323,11 +312,9 @@ BESIDE = Ratio(
 )
 OVERHEAD = Reported('overhead ratio', '×', '.3f', lambda path, direct, calls: path / direct)
 FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (path - direct) / calls * 1e6)
-#: The limits are stated for a step of the real workload (a step of the tiny test size is no such step). Measured on
-#: unchanged code, quiet and beside two CPU-bound processes, on two 2-core machines whose speed differs by up to 1.7x:
-#: the monitor 0.13-0.35% of a step (limit 1%), the shim's hook 0.018-0.043% (limit 0.1%); 50 µs more per hook call
-#: made the hook 0.19-0.38% of a step. The hook's limit is stated at the cpu size only: a GPU's shorter step has not
-#: been measured against it (there it is reported).
+#: Limits for a step of the real workload, measured on unchanged code, quiet and loaded, on two 2-core machines 1.7x
+#: apart: the monitor 0.13-0.35% of a step (limit 1%), the hook 0.018-0.043% (limit 0.1%; 50 µs more per call made it
+#: 0.19-0.38%). The hook's limit is stated at the cpu size only: a GPU's shorter step has not been measured against it.
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
 BYTES = Exact(
@@ -373,8 +360,7 @@ RULE = (
 
 
 def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> list[Judgement]:
-    """Every gated metric of ``metrics`` measured in ``result``, against ``baseline`` (``None``: none), which must
-    match ``result`` in the fingerprint ``keys``."""
+    """Every gated metric of ``metrics`` in ``result``, against ``baseline`` (``None``: none) alike in ``keys``."""
     unlike = None if baseline is None else comparable(result.fingerprint, baseline.fingerprint, keys)
     out = []
     for metric in metrics:

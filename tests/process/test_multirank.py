@@ -5,10 +5,12 @@ launcher invocations (``--world_size 4 --nproc 2 --node_rank 0|1 --master_addr 1
 script enables the shim itself (``shim``), a script that never mentions compatshim is started under
 ``compatshim run --monitor`` (``run``: the shim and the in-run monitor on every rank, nothing edited), and neither
 (``control``, strict xfail on affected releases). Each launch costs a launcher and its ranks, each importing Composer,
-so each runs where it can differ: one node under ``compatshim run`` in every family env (what is patched on the ranks;
-and on the forward-compat torch, whose ``torch.distributed`` is another), the script's own ``enable()`` once (a
-dropped release: how a rank enables does not depend on the family), the control once (the host family, where a wrong
-placement is what fails), and two nodes once (the newest release). All launches of an env run concurrently.
+so each runs where it can differ: one node under ``compatshim run`` where the control runs (the host family) and on the
+newest release (and on the forward-compat torch, whose ``torch.distributed`` is another), the script's own ``enable()``
+once (a dropped release: how a rank enables does not depend on the family), the control once (the host family, where a
+wrong placement is what fails), and two nodes once (the newest release). On the unaffected release nothing is patched
+on any rank; what the shim patches per family is every release's in-process tests'. All launches of an env run
+concurrently.
 
 Coherence is per rank, as in 0.24.1: Composer seeds each rank with seed + rank, so each rank draws its own
 parameters once per step, and every microbatch on that rank carries that rank's draw.
@@ -39,7 +41,7 @@ TOPOLOGIES = {'one-node': (1, 2), 'two-nodes': (2, 2)}  # name -> (nodes, ranks 
 #: (topology, leg) -> where it runs.
 LAUNCHES: dict[tuple[str, str], tuple[str, ...]] = {
     ('one-node', 'shim'): ('family:dropped',),
-    ('one-node', 'run'): ('family', 'forward'),
+    ('one-node', 'run'): ('family:host', 'family:rejected', 'forward'),
     ('one-node', 'control'): ('family:host',),
     ('two-nodes', 'run'): ('family:rejected',),
 }

@@ -3,10 +3,10 @@
 Each scenario is one fresh process tree, started as a user starts it (the ``compatshim`` console script or
 ``python -m compatshim run``), running ``tests/run_job.py`` — a script that never calls ``enable()`` — which checks
 everything it can in one go and reports it in one JSON file; the tests below read those reports. The scenarios run
-concurrently: the kill switch, ``compatshim.auto`` and the sourceless copy once per family (what the shim patches
-there), ``tree`` once, in the newest release's env (the bootstrap, workers and children do not depend on the release),
-and, for what depends on the interpreter (a sourceless Composer, patching by code shape), the sourceless copy in the
-Python factor too.
+concurrently: the kill switch and the sourceless copy once per family (what the shim patches there), ``tree`` and
+``compatshim.auto`` once, in the newest release's env (the bootstrap, the import that enables, workers and children do
+not depend on the release), and, for what depends on the interpreter (a sourceless Composer, patching by code shape),
+the sourceless copy in the Python factor too.
 
 - ``tree``: the console script, with ``--monitor``; a script that never enables; dataloader workers; a ``spawn`` and a
   ``forkserver`` child; an existing ``sitecustomize`` that must still run; every Trainer of the tree gets a monitor.
@@ -41,9 +41,9 @@ TESTS = Path(__file__).resolve().parents[1]
 JOB = TESTS / 'run_job.py'
 CHAINED_SITECUSTOMIZE = 'CHAINED = True  # an existing sitecustomize that compatshim run must still run\n'
 #: Which scenarios each role starts (the tests below carry the same places).
-STARTED = {'family': ('kill-switch', 'auto', 'sourceless'), 'python': ('sourceless',)}
-#: The tree (the console script, workers, spawn and forkserver children, a chained sitecustomize) does not depend on
-#: the release: started once, in the newest release's env.
+STARTED = {'family': ('kill-switch', 'sourceless'), 'python': ('sourceless',)}
+#: The tree (the console script, workers, spawn and forkserver children, a chained sitecustomize) and
+#: ``compatshim.auto`` do not depend on the release: started once, in the newest release's env.
 TREE = 'family:rejected'
 
 
@@ -80,7 +80,7 @@ def _scenarios(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
             [*run, '--monitor', '--', *job, str(tmp / 'kill-switch.json')],
             {'COMPATSHIM_DISABLE': '1'},
         )
-    if 'auto' in STARTED.get(role(), ()):
+    if runs_here((TREE,)):
         scenarios['auto'] = ([*job, str(tmp / 'auto.json'), '--auto'], {'COMPATSHIM_MONITOR': '1'})
     if 'sourceless' in STARTED.get(role(), ()):
         path = [str(sourceless_copy(tmp / 'sourceless'))]
@@ -202,7 +202,7 @@ def test_kill_switch_wins(runs: dict[str, Any]) -> None:
 # --- import compatshim.auto -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.runs_in('family')
+@pytest.mark.runs_in(TREE)
 def test_import_compatshim_auto(runs: dict[str, Any]) -> None:
     """``import compatshim.auto`` enables the shim as ``compatshim run`` would: patched on an affected release,
     left alone on 0.24.1, with no warning."""
