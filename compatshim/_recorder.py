@@ -1,19 +1,8 @@
-"""The one recorder: where a transform saw its batch, how often, for how long, and what crossed to the device.
-
-Everything in compatshim that observes a run uses it: the in-run monitor (:mod:`compatshim.monitor`), the pytest
-plugin's probe and the bench's placement check (:class:`compatshim.testing.PlacementProbe` is a :class:`Tap`), the
-bench's byte count (:class:`MoveCounter`), and the doctor's self-check (which runs the monitor).
-
-* :func:`placement` / :func:`is_on_device`: a batch's tensors on an accelerator (any device that is not the host, or
-  the CPU fake accelerator of :mod:`compatshim.testing`), on the host, or both.
-* :class:`Tap`: a transform wrapper that counts calls and placements and times them, per window (the monitor takes a
-  window per step). It reads tensor metadata only, never tensor data, so it never makes the host wait for the device.
-* :class:`MoveCounter`: wraps a Composer ``Device``'s ``tensor_to_device`` on that instance and counts the bytes, by
-  dtype, of the host tensors it moves.
-* The clocks: a CPU clock for host work; on cuda (and mps, where torch has timing events) device events recorded
-  around each call and read once they have completed, typically a step later, never by waiting for them.
-
-Imports torch; never Composer.
+"""The one recorder, for everything in compatshim that observes a run (the monitor, the pytest plugin's probe, the
+bench, the doctor): where a transform saw its batch (:func:`placement`), how often and for how long (:class:`Tap`, per
+window, reading tensor metadata only, never data), what crossed to the device (:class:`MoveCounter`, on one
+``Device`` instance), and the clocks (the host's CPU time; on cuda/mps device events, read once they have completed,
+never by waiting for them). Imports torch; never Composer.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
-"""A pytest plugin for your own tests: check your ``device_transforms`` under the shim, on CPU, in CI.
-
-Registered through the ``pytest11`` entry point when compatshim is installed, and inactive unless asked for: it only
-adds the options and the fixtures below (which import torch and Composer only when a test uses them).
-
-Options::
-
-    pytest --compatshim=batch         # compatshim.enable(stage='batch') for the session (or =microbatch)
-    pytest --compatshim               # compatshim.enable(): COMPATSHIM_STAGE, else batch
-    pytest --compatshim-device=cuda   # the device the fixtures give (default: cpu, the fake accelerator)
-
-Fixtures:
-
-* ``compatshim_device``: a Composer ``Device`` on which placement is observable: the CPU fake accelerator
-  (:class:`compatshim.testing.FakeAcceleratorDevice`), or the real cuda/mps device with ``--compatshim-device``.
-* ``compatshim_placement``: :func:`compatshim.testing.placement` — ``'device'``, ``'host'``, ``'mixed'`` or ``'empty'``.
-* ``compatshim_probe``: :class:`compatshim.testing.PlacementProbe`, which wraps a transform so that each call records
-  where it saw its batch;
-  ``probe.assert_on_device()`` fails with what it saw (never called, on the host, mixed).
-* ``compatshim_enabled``: the shim enabled for one test (at the ``--compatshim`` stage, else as ``enable()`` reads it:
-  ``COMPATSHIM_STAGE``, else ``batch``), disabled after it unless the session enabled it.
-* ``compatshim_bench``: ``compatshim_bench(pipeline, compare='main')`` benchmarks your pipeline as
-  ``compatshim bench --pipeline`` does (a :class:`compatshim.bench.Pipeline`, a mapping of its fields, or
-  ``'MODULE:CALLABLE'``), returns the :class:`~compatshim.bench.results.PipelineResult`, and fails the test when the
-  comparison with the saved baseline worsens (or cannot be made); ``save='main'`` saves it.
+"""A pytest plugin for your own tests (docs/testing.md): ``--compatshim[=STAGE]`` enables the shim for the session,
+``--compatshim-device`` picks the device the fixtures give (``compatshim_device``, ``compatshim_placement``,
+``compatshim_probe``, ``compatshim_enabled``, ``compatshim_bench``). Registered through the ``pytest11`` entry point
+and inactive unless asked for: torch and Composer are imported only when a test uses a fixture.
 """
 
 from __future__ import annotations

@@ -337,30 +337,37 @@ def measure(
     run: Session,
     size: Size,
     samples: int,
-    loader: Callable[[Leg, int, bool], Any],
+    source: Source,
     pairs: list[tuple[str, str]],
-    **options: Any,
+    ceiling: tuple[list[Any], list[Any]] = ([], []),
+    timed: Callable[[LegResult], bool] = lambda leg: True,
+    transform: Optional[Callable[[Leg], Any]] = None,
+    after_round: Optional[Callable[[int], None]] = None,
 ) -> dict[str, LegResult]:
-    """Every leg of ``names``: checked (:func:`check`), then those ``options['timed']`` selects (default: all) timed
-    (:func:`time`) with ``pairs`` back to back; ``loader(leg, steps, observed)`` gives a leg's epoch (``observed``:
-    for the check, on the observable device); ``options['transform'](leg)``: the leg's transform instead of the
-    pipeline's (a planted slowdown); ``options['after_round']``: see :func:`time`."""
+    """Every leg of ``names`` over epochs from ``source`` (the ceiling over ``ceiling``: its batches, already
+    transformed, on the observable device and on Composer's), checked (:func:`check`), then those ``timed`` selects
+    timed (:func:`time`) with ``pairs`` back to back; ``transform(leg)``: the leg's transform instead of the
+    pipeline's (a planted slowdown); ``after_round``: see :func:`time`."""
     from compatshim.monitor import TransformMonitor
 
-    checked = check(pipeline, names, run.on, lambda leg: loader(leg, CHECK_STEPS, True), samples)
+    def epoch(leg: Leg, steps: int, observed: bool) -> Windows:
+        return Windows(source, steps) if leg.argument else Windows(None, steps, ceiling[0 if observed else 1])
+
+    checked = check(pipeline, names, run.on, lambda leg: epoch(leg, CHECK_STEPS, True), samples)
     if 'ceiling' in checked and not checked['ceiling'].available:
         raise ValueError(
             'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
             f'{checked["ceiling"].reason}'
         )
-    timed, transform = options.get('timed', lambda leg: True), options.get('transform', lambda leg: pipeline.transform)
     made = {}
     for name in (name for name in names if checked[name].available and timed(checked[name])):
-        leg, monitor = LEGS[name], TransformMonitor()
-        epoch, device = loader(leg, size.steps, False), run.on.composer_device()
-        made[name] = Run(leg, _trainer(leg, pipeline, epoch, device, samples, monitor, transform(leg)), monitor)
+        leg, monitor, device = LEGS[name], TransformMonitor(), run.on.composer_device()
+        fn = pipeline.transform if transform is None else transform(leg)
+        made[name] = Run(
+            leg, _trainer(leg, pipeline, epoch(leg, size.steps, False), device, samples, monitor, fn), monitor
+        )
     run.say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
-    time(made, pairs, run.on, size.rounds, run.say, options.get('after_round'))
+    time(made, pairs, run.on, size.rounds, run.say, after_round)
     return {name: made[name].timings(leg) if name in made else leg for name, leg in checked.items()}
 
 

@@ -21,7 +21,7 @@ from compatshim._accelerator import accelerator
 from compatshim._placement import Placement
 from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import engine, metrics, report, rule
-from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, Windows, first_line
+from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable
 
 __all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
@@ -150,13 +150,9 @@ def measure(
             raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
         samples = _samples(name, pipeline, batches[0])
         observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
-
-        def loader(leg: Any, steps: int, check: bool) -> Windows:
-            return Windows(source, steps) if leg.argument else Windows(None, steps, observed if check else ceiling)
-
         pairs = [(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
         try:
-            legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, loader, pairs)
+            legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, source, pairs, (observed, ceiling))
         except ValueError as exc:
             raise PipelineError(str(exc)) from None
         result = PipelineResult(**run.fields(size, **_keys(name, device, size, samples, pipeline)), legs=legs)
@@ -233,8 +229,9 @@ def verdicts(result: PipelineResult) -> list[str]:
         out.append(f'input-bound: {bound} — {waits:.0%} of a {best} step waits for data (threshold {WAIT_LIMIT:.0%})')
     plain = result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED
     factors = [  # (slow leg, fast leg, when, what it is about, the words before the factor, against what, after)
-        ('unpatched', 'shim-batch', plain, 'the shim against unpatched', 'the shim: a step', 'unpatched',
-         f' on this release (unpatched: {unpatched.placement})'),
+        ('unpatched', 'shim-batch', plain, 'the shim against unpatched',
+         f'the shim on this release (unpatched runs the transform on the {unpatched.placement}): a step', 'unpatched',
+         ''),
         ('native-batch', 'shim-batch', {'native-batch', 'shim-batch'} <= ran, 'the shim against batch_transforms',
          'against the workaround batch_transforms=fn (host), the shim: a step', 'the workaround', ''),
         ('shim-microbatch', 'shim-batch', {'shim-microbatch', 'shim-batch'} <= ran, 'stage batch vs microbatch',

@@ -103,7 +103,7 @@ def measure(
                 run,
                 size,
                 size.batch,
-                lambda leg, steps, observed: Windows(timed_source, steps),
+                timed_source,
                 pairs(METRICS),
                 timed=lambda leg: leg.calls_per_step > 0,  # a leg that never calls the transform does other work
                 transform=lambda leg: slower if leg.stage else augment.transform,
@@ -251,10 +251,11 @@ def make_probe(
     batch_hook = getattr(spec, hooked[0])
     after = spec.microbatch_transforms if hooked[0] == 'batch_transforms' else _same
 
-    # The hook runs before the trainer's move is looked up, as in the trainer: on 0.25–0.26 at stage microbatch the
-    # batch hook arms the loop frame, which puts the move-then-transform on the device instance (never on ``plain``).
+    # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
+    # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
-        return after(device.batch_to_device(batch_hook(batch)))
+        hooked = batch_hook(batch)
+        return after(device.batch_to_device(hooked))
 
     return Probe(name, on, path, direct, lambda: _loop_frames.loop_frame(device, 'train'))
 
