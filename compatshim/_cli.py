@@ -153,25 +153,16 @@ def _bench_command(args: argparse.Namespace) -> int:
     return _exits.OK if not args.baselines else judge_against(result, args.baselines)
 
 
-def _judge(result: Any, baseline: Any) -> list[Any]:
-    from compatshim.bench import metrics, rule
-
-    return rule.judge(result, baseline, metrics.METRICS, metrics.COMPARABLE_BY)
-
-
 def judge_against(result: Any, baselines: Any) -> int:
     """Judge a bench result against its baseline in the directory ``baselines`` by the rule of ``compatshim report``
     (a regression, or no baseline where the device has some, is exit 1), printing every outcome other than ok."""
-    from compatshim.bench import results, rule
+    from compatshim.bench import report, rule
 
-    baseline, missing = results.baseline_for(baselines, result)
-    judgements = _judge(result, baseline)
-    for judgement in judgements:
-        if judgement.outcome is not rule.Outcome.OK:
-            print(judgement.line(result.env))
-    if missing:
-        print(missing)
-    return _exits.REGRESSION if missing or rule.worst(judgements) is rule.Outcome.REGRESSION else _exits.OK
+    judged, missing = report.judge(result, baselines)
+    lines = [j.line(result.env) for j in judged.judgements if j.outcome is not rule.Outcome.OK]
+    for line in [*lines, missing] if missing else lines:
+        print(line)
+    return _exits.REGRESSION if missing or judged.worst is rule.Outcome.REGRESSION else _exits.OK
 
 
 def _report_command(args: argparse.Namespace) -> int:
@@ -199,13 +190,11 @@ def _report_command(args: argparse.Namespace) -> int:
     judged: dict[str, list[report.Judged]] = {}
     missing: list[str] = []
     for result in found:
-        baseline, absent = results.baseline_for(args.baselines, result)
+        entry, absent = report.judge(result, args.baselines)
         path = results.Store(Path(args.baselines) / result.device, results.BenchResult).path(result.env)
-        named = path.as_posix() if baseline else None
-        recorded = args.record and (args.replace or not path.exists())  # what --record will write below
-        if absent and not recorded:
+        if absent and not (args.record and (args.replace or not path.exists())):  # unless --record writes it below
             missing.append(absent)
-        judged.setdefault(result.device, []).append(report.Judged(result, baseline, named, _judge(result, baseline)))
+        judged.setdefault(result.device, []).append(entry)
     failures: list[str] = []
     for device, entries in judged.items():
         written = report.write(entries, Path(args.out) / device, device, png=not args.no_png)

@@ -65,12 +65,3 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
     (126, {'compatshim run -- COMMAND': 'COMMAND was found but cannot be run (not executable), as a shell says it'}),
     (127, {'compatshim run -- COMMAND': 'COMMAND was not found, as a shell says it'}),
 )
-
-
-def markdown() -> str:
-    """:data:`TABLE` as a Markdown table, one column per command."""
-    commands = list(dict.fromkeys(name for _, meanings in TABLE for name in meanings))
-    rows = ['| exit | ' + ' | '.join(f'`{c}`' for c in commands) + ' |', '|---|' + '---|' * len(commands)]
-    for code, meanings in TABLE:
-        rows.append(f'| {code} | ' + ' | '.join(meanings.get(c, '') for c in commands) + ' |')
-    return '\n'.join(rows)

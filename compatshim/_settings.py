@@ -27,8 +27,6 @@ __all__ = [
     'kill_switch_on',
     'monitor',
     'resolve',
-    'settings_markdown',
-    'variables_markdown',
 ]
 
 #: The operators' kill switch: 1/true/yes/on and ``enable()`` patches nothing (0/false/no/off or unset: off).
@@ -40,7 +38,7 @@ ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
 #: Attach a ``TransformMonitor`` to every Trainer of the run (``compatshim run --monitor``): on, strict, or off.
 MONITOR_VAR = 'COMPATSHIM_MONITOR'
 
-#: Every environment variable compatshim reads: (name, what sets it, what it means). The docs render it.
+#: Every environment variable compatshim reads: (name, what sets it, what it means); docs/tables.py renders it.
 VARIABLES: tuple[tuple[str, str, str], ...] = (
     (
         STAGE_VAR,
@@ -67,14 +65,9 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def variables_markdown() -> str:
-    """:data:`VARIABLES` as a Markdown table."""
-    rows = ['| variable | set by | meaning |', '|---|---|---|']
-    return '\n'.join(rows + [f'| `{name}` | {by} | {meaning} |' for name, by, meaning in VARIABLES])
-
-
 #: Every setting: (setting, in code, environment, on the command line, default). Where several are given, the first
-#: column that gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s).
+#: column that gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s); docs/tables.py
+#: renders it.
 SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
     (
         'stage',
@@ -99,12 +92,6 @@ SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
         'off',
     ),
 )
-
-
-def settings_markdown() -> str:
-    """:data:`SETTINGS` as a Markdown table."""
-    rows = ['| setting | in code | environment | command line | default |', '|---|---|---|---|---|']
-    return '\n'.join(rows + [f'| {a} | {b} | {c} | {d} | {e} |' for a, b, c, d, e in SETTINGS])
 
 
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')

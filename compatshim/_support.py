@@ -2,7 +2,7 @@
 version gating.
 
 ``tox.ini`` has one env per row of :data:`TESTED_RELEASES`, ``matrix/`` one frozen requirement file per row, and the
-README one line per row (:func:`markdown_table`); ``tests/unit/test_support_table.py`` fails until all of them agree.
+README one line per row (``docs/tables.py`` renders it); ``tests/unit/test_support_table.py`` fails until they agree.
 Imports nothing heavy: only :mod:`packaging`.
 """
 
@@ -27,7 +27,6 @@ __all__ = [
     'UNAFFECTED_FAMILY',
     'family_of',
     'installed',
-    'markdown_table',
     'split_env',
 ]
 
@@ -181,15 +180,3 @@ def split_env(env: str) -> tuple[str, str]:
     name = env.removeprefix('bench-')
     row, _, device = name.rpartition('-')
     return (row, device) if device in DEVICES else (name, 'cpu')
-
-
-def markdown_table() -> str:
-    """The support table in Markdown, one line per row of :data:`TESTED_RELEASES` on the default Python (the Python
-    factor's rows repeat a release on other interpreters): the README's and the docs'."""
-    rows = ['| Composer | torch (matrix) | without the shim | `enable()` |', '|---|---|---|---|']
-    rows += [
-        f'| {r.composer} | {r.torch} | {r.behaviour} | {r.verdict} |'
-        for r in TESTED_RELEASES
-        if r.python == DEFAULT_PYTHON
-    ]
-    return '\n'.join(rows)

@@ -150,12 +150,29 @@ def metrics_table() -> str:
     return _table(('metric', 'kind', 'gated where', 'threshold', 'what can move it'), rows)
 
 
+def support_table() -> str:
+    """The support table, one line per row of ``TESTED_RELEASES`` on the default Python (the Python factor's rows
+    repeat a release on other interpreters): the README's and the docs'."""
+    rows = [r for r in _support.TESTED_RELEASES if r.python == _support.DEFAULT_PYTHON]
+    header = ('Composer', 'torch (matrix)', 'without the shim', '`enable()`')
+    return _table(header, [(r.composer, r.torch, r.behaviour, r.verdict) for r in rows])
+
+
+def exit_codes() -> str:
+    """Every command's exit codes (``compatshim._exits.TABLE``), one column per command."""
+    commands = list(dict.fromkeys(name for _, meanings in _exits.TABLE for name in meanings))
+    rows = [(str(code), *(meanings.get(c, '') for c in commands)) for code, meanings in _exits.TABLE]
+    return _table(('exit', *(f'`{c}`' for c in commands)), rows)
+
+
 #: Every table that lives in code (or above), by the name its markers give.
 GENERATED: dict[str, Callable[[], str]] = {
-    'support-table': _support.markdown_table,
-    'exit-codes': _exits.markdown,
-    'environment': _settings.variables_markdown,
-    'settings': _settings.settings_markdown,
+    'support-table': support_table,
+    'exit-codes': exit_codes,
+    'environment': lambda: _table(
+        ('variable', 'set by', 'meaning'), [(f'`{name}`', by, meaning) for name, by, meaning in _settings.VARIABLES]
+    ),
+    'settings': lambda: _table(('setting', 'in code', 'environment', 'command line', 'default'), _settings.SETTINGS),
     'rule': lambda: rule.RULE,
     'legs': legs_table,
     'metrics': metrics_table,

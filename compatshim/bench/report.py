@@ -17,8 +17,19 @@ from typing import Any, Optional
 from compatshim._placement import Placement
 from compatshim._support import split_env
 from compatshim.bench import rule
-from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
-from compatshim.bench.results import SCHEMA, BenchResult, LegResult, LegStatus, PathLike, Result, quartiles, spread
+from compatshim.bench.metrics import COMPARABLE_BY, COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
+from compatshim.bench.results import (
+    SCHEMA,
+    BenchResult,
+    LegResult,
+    LegStatus,
+    PathLike,
+    Result,
+    Store,
+    baseline_for,
+    quartiles,
+    spread,
+)
 
 __all__ = ['CHARTS', 'Judged', 'legs_table', 'markdown', 'plain_words', 'reference_lines', 'text', 'write']
 
@@ -113,6 +124,15 @@ class Judged:
     def to_json(self) -> dict[str, Any]:
         judgements = [dataclasses.asdict(j) for j in self.judgements]
         return {**self.result.to_json(), 'baseline': self.baseline_path, 'judgements': judgements}
+
+
+def judge(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optional[str]]:
+    """``result`` judged by the rule against its baseline under ``baselines``, and the line that fails the run where it
+    has none to be judged against (:func:`~compatshim.bench.results.baseline_for`): the one flow of ``compatshim
+    report`` and ``compatshim bench --baselines``."""
+    baseline, missing = baseline_for(baselines, result)
+    named = Store(Path(baselines) / result.device, BenchResult).path(result.env).as_posix() if baseline else None
+    return Judged(result, baseline, named, rule.judge(result, baseline, METRICS, COMPARABLE_BY)), missing
 
 
 #: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.

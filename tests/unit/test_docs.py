@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compatshim import _exits, _settings, _support
+from compatshim import _exits, _settings
 from compatshim.bench import rule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,8 +58,8 @@ def test_every_generated_table_in_the_markdown_is_the_code_s() -> None:
     found = {m.group(2) for path in tables.FILES for m in tables.BLOCK.finditer(path.read_text())}
     assert found == set(tables.GENERATED), 'every table is shown somewhere, and only known ones'
     readme = (ROOT / 'README.md').read_text()
-    assert '<!-- begin generated: support-table -->\n' + _support.markdown_table() in readme
-    assert all(f'`{name}`' in _settings.variables_markdown() for name, _, _ in _settings.VARIABLES)
+    assert '<!-- begin generated: support-table -->\n' + tables.support_table() in readme
+    assert all(f'`{name}`' in tables.GENERATED['environment']() for name, _, _ in _settings.VARIABLES)
     assert tables.refresh('<!-- begin generated: rule -->\n<!-- end generated: rule -->') == (
         f'<!-- begin generated: rule -->\n{rule.RULE}\n<!-- end generated: rule -->'
     )
