@@ -98,11 +98,13 @@ class Source:
     """One iterator over a dataloader, shared by every leg (one set of workers), started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader, self._iterator = loader, None  # type: Any, Optional[Iterator[Any]]
+        self.loader = loader
+        self._iterator: Optional[Iterator[Any]] = None
 
     def next(self) -> Any:
         for _ in range(2):
-            self._iterator = self._iterator or iter(self.loader)
+            if self._iterator is None:  # never its truth: a DataLoader's iterator has a __len__ that may raise
+                self._iterator = iter(self.loader)
             try:
                 return next(self._iterator)
             except StopIteration:
@@ -339,7 +341,7 @@ def measure(
     samples: int,
     source: Source,
     pairs: list[tuple[str, str]],
-    ceiling: tuple[list[Any], list[Any]] = ([], []),
+    ceiling: Optional[tuple[list[Any], list[Any]]] = None,
     timed: Callable[[LegResult], bool] = lambda leg: True,
     transform: Optional[Callable[[Leg], Any]] = None,
     after_round: Optional[Callable[[int], None]] = None,
@@ -350,8 +352,13 @@ def measure(
     pipeline's (a planted slowdown); ``after_round``: see :func:`time`."""
     from compatshim.monitor import TransformMonitor
 
+    if 'ceiling' in names and ceiling is None:
+        raise ValueError('the ceiling leg needs its batches (already transformed, on both devices)')
+
     def epoch(leg: Leg, steps: int, observed: bool) -> Windows:
-        return Windows(source, steps) if leg.argument else Windows(None, steps, ceiling[0 if observed else 1])
+        if leg.argument or ceiling is None:
+            return Windows(source, steps)
+        return Windows(None, steps, ceiling[0 if observed else 1])
 
     checked = check(pipeline, names, run.on, lambda leg: epoch(leg, CHECK_STEPS, True), samples)
     if 'ceiling' in checked and not checked['ceiling'].available:

@@ -66,7 +66,10 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
         'dataloader': (lambda v: hasattr(v, '__iter__'), 'not an iterable of batches'),
         'transform': (callable, 'not a callable'),
         'model': (lambda v: v is None or _is_model(v), 'not a ComposerModel'),
-        'microbatch_size': (lambda v: v is None or type(v) is int and v >= 1, 'not an int >= 1'),
+        'microbatch_size': (
+            lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+            'not an int >= 1',
+        ),
         'get_num_samples_in_batch': (lambda v: v is None or callable(v), 'not a callable'),
     }
     shown = {field: type(value).__name__ for field, value in user.items()}
@@ -230,7 +233,7 @@ def verdicts(result: PipelineResult) -> list[str]:
     plain = result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED
     factors = [  # (slow leg, fast leg, when, what it is about, the words before the factor, against what, after)
         ('unpatched', 'shim-batch', plain, 'the shim against unpatched',
-         f'the shim on this release (unpatched runs the transform on the {unpatched.placement}): a step', 'unpatched',
+         f'the shim on this release (unpatched: {unpatched.placement}): a step', 'unpatched',
          ''),
         ('native-batch', 'shim-batch', {'native-batch', 'shim-batch'} <= ran, 'the shim against batch_transforms',
          'against the workaround batch_transforms=fn (host), the shim: a step', 'the workaround', ''),

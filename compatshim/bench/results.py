@@ -164,7 +164,7 @@ class Result:
         """Why the leg's rounds cannot support a timing verdict ('' when they can)."""
         step = self.step_ms(leg)
         if len(step) < 2:
-            return f'{leg} has one round'
+            return f'{leg} has one round' if step else f'{leg} was not timed'
         q1, median, q3 = quartiles(step)
         if (q3 - q1) / median <= UNSTABLE:
             return ''

@@ -215,6 +215,21 @@ def test_the_pytest_fixture_holds_the_gate_beside_the_users_tests(user_repo: Pat
     assert 'bytes per step' in failed.stdout.str() and 'worsened' in failed.stdout.str()
 
 
+def test_the_shared_source_starts_an_iterable_dataset_over() -> None:
+    """Every leg draws from one iterator over the user's loader, started over when it runs out; a streaming loader
+    (an ``IterableDataset``: its iterator has no length) is no exception."""
+    import torch
+
+    from compatshim.bench.engine import Source
+
+    class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter([torch.zeros(2), torch.ones(2)])
+
+    source = Source(torch.utils.data.DataLoader(Stream(), batch_size=None))
+    assert [float(source.next()[0]) for _ in range(5)] == [0.0, 1.0, 0.0, 1.0, 0.0]
+
+
 RECORDED = Path(__file__).resolve().parents[1] / 'data' / 'pipeline'
 
 
