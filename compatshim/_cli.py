@@ -159,9 +159,11 @@ def judge_against(result: Any, baselines: Any) -> int:
     from compatshim.bench import report, rule
 
     judged, missing = report.judge(result, baselines)
-    lines = [j.line(result.env) for j in judged.judgements if j.outcome is not rule.Outcome.OK]
-    for line in [*lines, missing] if missing else lines:
-        print(line)
+    for judgement in judged.judgements:
+        if judgement.outcome is not rule.Outcome.OK:
+            print(judgement.line(result.env))
+    if missing:
+        print(missing)
     return _exits.REGRESSION if missing or judged.worst is rule.Outcome.REGRESSION else _exits.OK
 
 

@@ -1,11 +1,24 @@
-"""compatshim's one way to replace an attribute and put back what was there, after gevent's ``monkey._state`` (one
-table of what was saved) and OpenTelemetry's ``BaseInstrumentor`` (each instrumentor owns its patches).
+"""compatshim's one way to replace an attribute and put back what was there.
 
-:class:`Swap` (:func:`swap`): every temporary replacement of compatshim's (the recorder's byte counter on a
-``Device``, the loop frame's interposer, the monitor's taps, the bench's planted delay). :class:`Patch`: a lasting
-replacement of a Composer method, owned by a :class:`PatchSet`, which never removes a wrapper another library (an APM
-agent, a tracer, a profiler) put on top since; compatshim's own patch sets splice out of each other's chains. Imports
-nothing heavy.
+After gevent's ``monkey._state`` (one table of what was saved) and OpenTelemetry's ``BaseInstrumentor`` (each
+instrumentor owns its patches and their lifecycle):
+
+* :class:`Swap` / :func:`swap`: one attribute of one object (a class or an instance) replaced, with what its own
+  ``__dict__`` held before (or nothing, when it only inherited it) and what it resolved to (what the
+  replacement calls). :meth:`Swap.undo` puts the saved value back — or deletes the attribute the object never had —
+  and only while the attribute is still the replacement: it never removes what someone else put there since. Every
+  temporary replacement of compatshim's uses it (the recorder's byte counter on a ``Device``, the loop frame's
+  interposer, the monitor's taps, the bench's planted delay).
+* :class:`Patch` / :class:`PatchSet`: a lasting replacement of a class attribute (a Composer method) and the set that
+  owns it. A patch's replacement checks :attr:`Patch.active` on every call and passes straight through to the original
+  when it is off. :meth:`PatchSet.restore_all` undoes a patch exactly where it is on top; where something else (an APM
+  agent, a tracer, a profiler) has wrapped it since, putting the original back would remove that wrapper, so the patch
+  is left in that chain, switched off, and a :class:`~compatshim.errors.CompatShimWarning` names it. A later
+  :meth:`PatchSet.patch` of the same target switches it back on if it is still reachable beneath the other wrapper
+  (``__wrapped__``), instead of stacking a second one. compatshim's own patch sets (the shim's, the monitor's watch,
+  the monitor's attaching) splice out of each other's chains, never leaving pass-throughs beneath one another.
+
+Imports nothing heavy.
 """
 
 from __future__ import annotations

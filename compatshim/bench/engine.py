@@ -207,10 +207,11 @@ def check(
 
     family, out = family_of(installed('mosaicml') or ''), {}
     for name in names:
-        leg, monitor, tap = LEGS[name], TransformMonitor(), Tap(pipeline.transform)
+        leg = LEGS[name]
         out[name] = LegResult(leg.description, LegStatus.NOT_HERE, leg.missing(family), Placement.UNAVAILABLE)
         if out[name].reason:
             continue
+        monitor, tap = TransformMonitor(), Tap(pipeline.transform)
         with quiet():
             try:
                 trainer = _trainer(leg, pipeline, loader(leg), on.observable_device(), samples, monitor, tap)
@@ -286,7 +287,7 @@ class Session:
     composer: str
     say: Callable[[str], None]
     fixed: dict[str, Any]
-    started: float = dataclasses.field(default_factory=_clock.perf_counter)
+    started: float
 
     def fields(self, of: Size, **keys: Any) -> dict[str, Any]:
         """The fields of every result (``keys``: a bench's own fingerprint keys)."""
@@ -487,12 +488,14 @@ def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
 
 
 def _pin_allocator() -> str:
+    if not sys.platform.startswith('linux'):
+        return 'default'
     try:
-        libc = ctypes.CDLL('libc.so.6') if sys.platform.startswith('linux') else None
+        libc = ctypes.CDLL('libc.so.6')
     except OSError:
-        libc = None
+        return 'default'
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
-    if libc is not None and libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
+    if libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 128 << 20):
         return 'glibc: mmap threshold 32 MiB, trim threshold 128 MiB'
     return 'default'
 

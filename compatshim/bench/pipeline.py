@@ -116,11 +116,16 @@ def size_of(name: str, steps: Optional[int] = None, rounds: Optional[int] = None
     return dataclasses.replace(SIZES[name], steps=steps or SIZES[name].steps, rounds=rounds or SIZES[name].rounds)
 
 
+def _raised(name: str, exc: BaseException) -> PipelineError:
+    """The user's dataloader, transform or sample counter raised ``exc``: said in one line."""
+    return PipelineError(f'{name}: the pipeline raised {first_line(exc)}')
+
+
 def _samples(name: str, pipeline: Pipeline, batch: Any) -> int:
     try:
         return engine.samples_in(pipeline, batch)
     except Exception as exc:  # noqa: BLE001 - the user's batch or counter: said in one line
-        raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+        raise _raised(name, exc) from None
 
 
 def _keys(name: str, device: str, size: Size, samples: int, pipeline: Pipeline) -> dict[str, Any]:
@@ -150,7 +155,7 @@ def measure(
         except PipelineError:
             raise
         except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
-            raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+            raise _raised(name, exc) from None
         samples = _samples(name, pipeline, batches[0])
         observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
         pairs = [(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
@@ -171,7 +176,7 @@ def refuse_unlike(
     try:
         batch = next(iter(pipeline.dataloader))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
-        raise PipelineError(f'{name}: the pipeline raised {first_line(exc)}') from None
+        raise _raised(name, exc) from None
     planned = _keys(name, device, size, _samples(name, pipeline, batch), pipeline)
     unlike = comparable(planned, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:

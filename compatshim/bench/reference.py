@@ -92,10 +92,11 @@ def measure(
         with _probes(run.on, family_of(run.composer) is not None) as probes:
 
             def sample(round_: int) -> None:
-                for probe in (probe for _ in range(PROBE_SAMPLES) for probe in probes):
-                    path_s, direct_s = probe.sample()
-                    if round_:
-                        overheads[probe.name].add(path_s, direct_s, round_)
+                for _ in range(PROBE_SAMPLES):
+                    for probe in probes:
+                        path_s, direct_s = probe.sample()
+                        if round_:
+                            overheads[probe.name].add(path_s, direct_s, round_)
 
             legs = engine.measure(
                 augment,
