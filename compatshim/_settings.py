@@ -1,10 +1,8 @@
-"""The shim's settings, from the arguments given in code and the environment, validated in one place.
-
-Every entry point reads them here — ``enable()``, ``compatshim run``, ``compatshim doctor``, the pytest plugin — so a
-bad value gets the same one-line message everywhere, and the same exit code on the command line
-(:data:`compatshim._exits.NOT_DONE`). Which source wins: :data:`SETTINGS`; a valid argument beats an invalid variable
-(ignored, with a warning naming it). ``COMPATSHIM_MONITOR`` is read by ``compatshim run``'s import hook and
-``import compatshim.auto``, never by ``enable()``. Imports nothing heavy.
+"""The shim's settings, from the arguments given in code and the environment, validated in one place: every entry
+point reads them here, so a bad value gets the same one-line message everywhere (exit
+:data:`compatshim._exits.NOT_DONE` on the command line). Which source wins: docs/configuration.md; a valid argument
+beats an invalid variable (ignored, with a warning). ``COMPATSHIM_MONITOR`` is read by ``compatshim run``'s import hook
+and ``import compatshim.auto``, never by ``enable()``. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ __all__ = [
     'KILL_SWITCH',
     'MONITOR_VAR',
     'STAGE_VAR',
-    'VARIABLES',
     'Settings',
     'kill_switch_on',
     'monitor',
@@ -37,62 +34,6 @@ STAGE_VAR = 'COMPATSHIM_STAGE'
 ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
 #: Attach a ``TransformMonitor`` to every Trainer of the run (``compatshim run --monitor``): on, strict, or off.
 MONITOR_VAR = 'COMPATSHIM_MONITOR'
-
-#: Every environment variable compatshim reads: (name, what sets it, what it means); docs/tables.py renders it.
-VARIABLES: tuple[tuple[str, str, str], ...] = (
-    (
-        STAGE_VAR,
-        '`compatshim run --stage`',
-        'the default stage of every `enable()` in the run (a stage passed in code wins)',
-    ),
-    (
-        ALLOW_UNTESTED_VAR,
-        '`compatshim run --allow-untested`',
-        'patch a Composer newer than the support table if its code has a known shape',
-    ),
-    (KILL_SWITCH, 'you', 'the kill switch: still wins; `enable()` patches nothing and warns once per process'),
-    (
-        MONITOR_VAR,
-        '`compatshim run --monitor` (`1`), `--monitor=strict` (`strict`)',
-        'attach a `TransformMonitor` to every Trainer of the run (`import compatshim.auto` honours it too); the kill '
-        'switch does not turn it off',
-    ),
-    (
-        'COMPATSHIM_BENCH_SIZE',
-        'you',
-        '`compatshim bench --size` when it is not given: `tiny`, `cpu`, `gpu` (unset: `cpu` on cpu, `gpu` on cuda/mps)',
-    ),
-)
-
-
-#: Every setting: (setting, in code, environment, on the command line, default). Where several are given, the first
-#: column that gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s); docs/tables.py
-#: renders it.
-SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
-    (
-        'stage',
-        '`DataSpec(..., data_transfer_stage=)` for one DataSpec; `enable(stage=)`',
-        f'`{STAGE_VAR}`',
-        '`compatshim run --stage`, `compatshim doctor --stage`, `pytest --compatshim=STAGE`',
-        '`batch`',
-    ),
-    (
-        'allow untested releases',
-        '`enable(allow_untested=True)`',
-        f'`{ALLOW_UNTESTED_VAR}`',
-        '`compatshim run --allow-untested`, `compatshim doctor --allow-untested`',
-        'off: a release outside the support table is refused with a warning',
-    ),
-    ('kill switch', '—', f'`{KILL_SWITCH}`', '—', 'off; nothing overrides it when on'),
-    (
-        'the monitor on every Trainer',
-        '`TransformMonitor(strict=...)` among your callbacks',
-        f'`{MONITOR_VAR}`',
-        '`compatshim run --monitor[=strict]`',
-        'off',
-    ),
-)
-
 
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
 

@@ -58,12 +58,6 @@ _FAMILY_RANGES: tuple[tuple[SpecifierSet, Family], ...] = (
     (SpecifierSet('>=0.29.0'), Family.REJECTED),
 )
 
-_FAMILY_BEHAVIOUR = {
-    Family.HOST: 'CPU: runs before the batch is moved (train, eval); predict on device',
-    Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
-    Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
-}
-
 
 def installed(distribution: str) -> Optional[str]:
     """The installed version of a distribution (``mosaicml``, ``torch``), or ``None``.
@@ -131,17 +125,6 @@ class TestedRelease:
     def family(self) -> Family | None:
         """The row's family, or ``None`` when unaffected."""
         return family_of(self.composer)
-
-    @property
-    def behaviour(self) -> str:
-        """What the release does with ``device_transforms`` without the shim."""
-        family = self.family
-        return 'on device, once per batch (train, eval, predict)' if family is None else _FAMILY_BEHAVIOUR[family]
-
-    @property
-    def verdict(self) -> str:
-        """What ``enable()`` does on this release."""
-        return 'unaffected: nothing patched' if self.family is None else f'patched ({self.family.value} family)'
 
 
 #: Every release the matrix proves, each on the oldest torch it and its neighbours share (three torch builds in all).

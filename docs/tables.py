@@ -27,7 +27,18 @@ sys.path.insert(0, str(ROOT))
 from compatshim import _cli, _exits, _settings, _support  # noqa: E402
 from compatshim.bench import metrics, rule  # noqa: E402
 
-__all__ = ['FILES', 'GENERATED', 'STAGES', 'THREE_WAYS', 'cli_reference', 'main', 'refresh', 'stale']
+__all__ = [
+    'FILES',
+    'GENERATED',
+    'SETTINGS',
+    'STAGES',
+    'THREE_WAYS',
+    'VARIABLES',
+    'cli_reference',
+    'main',
+    'refresh',
+    'stale',
+]
 
 
 def cli_reference() -> str:
@@ -105,6 +116,64 @@ STAGES = _table(
     ],
 )
 
+#: Every environment variable compatshim reads (``compatshim._settings`` names them): what sets it, what it means.
+VARIABLES: tuple[tuple[str, str, str], ...] = (
+    (
+        _settings.STAGE_VAR,
+        '`compatshim run --stage`',
+        'the default stage of every `enable()` in the run (a stage passed in code wins)',
+    ),
+    (
+        _settings.ALLOW_UNTESTED_VAR,
+        '`compatshim run --allow-untested`',
+        'patch a Composer newer than the support table if its code has a known shape',
+    ),
+    (
+        _settings.KILL_SWITCH,
+        'you',
+        'the kill switch: still wins; `enable()` patches nothing and warns once per process',
+    ),
+    (
+        _settings.MONITOR_VAR,
+        '`compatshim run --monitor` (`1`), `--monitor=strict` (`strict`)',
+        'attach a `TransformMonitor` to every Trainer of the run (`import compatshim.auto` honours it too); the kill '
+        'switch does not turn it off',
+    ),
+    (
+        'COMPATSHIM_BENCH_SIZE',
+        'you',
+        '`compatshim bench --size` when it is not given: `tiny`, `cpu`, `gpu` (unset: `cpu` on cpu, `gpu` on cuda/mps)',
+    ),
+)
+
+
+#: Every setting: in code, environment, on the command line, default. Where several are given, the first column that
+#: gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s: ``compatshim._settings``).
+SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        'stage',
+        '`DataSpec(..., data_transfer_stage=)` for one DataSpec; `enable(stage=)`',
+        f'`{_settings.STAGE_VAR}`',
+        '`compatshim run --stage`, `compatshim doctor --stage`, `pytest --compatshim=STAGE`',
+        '`batch`',
+    ),
+    (
+        'allow untested releases',
+        '`enable(allow_untested=True)`',
+        f'`{_settings.ALLOW_UNTESTED_VAR}`',
+        '`compatshim run --allow-untested`, `compatshim doctor --allow-untested`',
+        'off: a release outside the support table is refused with a warning',
+    ),
+    ('kill switch', '—', f'`{_settings.KILL_SWITCH}`', '—', 'off; nothing overrides it when on'),
+    (
+        'the monitor on every Trainer',
+        '`TransformMonitor(strict=...)` among your callbacks',
+        f'`{_settings.MONITOR_VAR}`',
+        '`compatshim run --monitor[=strict]`',
+        'off',
+    ),
+)
+
 
 def legs_table() -> str:
     """The leg vocabulary of both benches (``compatshim.bench.metrics.LEGS``): one name, one DataSpec argument."""
@@ -150,12 +219,26 @@ def metrics_table() -> str:
     return _table(('metric', 'kind', 'gated where', 'threshold', 'what can move it'), rows)
 
 
+#: What each family does with ``device_transforms`` without the shim (``None``: an unaffected release).
+BEHAVIOUR = {
+    None: 'on device, once per batch (train, eval, predict)',
+    _support.Family.HOST: 'CPU: runs before the batch is moved (train, eval); predict on device',
+    _support.Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
+    _support.Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
+}
+
+
+def verdict(row: _support.TestedRelease) -> str:
+    """What ``enable()`` does on the release of ``row``."""
+    return 'unaffected: nothing patched' if row.family is None else f'patched ({row.family.value} family)'
+
+
 def support_table() -> str:
     """The support table, one line per row of ``TESTED_RELEASES`` on the default Python (the Python factor's rows
     repeat a release on other interpreters): the README's and the docs'."""
     rows = [r for r in _support.TESTED_RELEASES if r.python == _support.DEFAULT_PYTHON]
     header = ('Composer', 'torch (matrix)', 'without the shim', '`enable()`')
-    return _table(header, [(r.composer, r.torch, r.behaviour, r.verdict) for r in rows])
+    return _table(header, [(r.composer, r.torch, BEHAVIOUR[r.family], verdict(r)) for r in rows])
 
 
 def exit_codes() -> str:
@@ -170,9 +253,9 @@ GENERATED: dict[str, Callable[[], str]] = {
     'support-table': support_table,
     'exit-codes': exit_codes,
     'environment': lambda: _table(
-        ('variable', 'set by', 'meaning'), [(f'`{name}`', by, meaning) for name, by, meaning in _settings.VARIABLES]
+        ('variable', 'set by', 'meaning'), [(f'`{name}`', by, meaning) for name, by, meaning in VARIABLES]
     ),
-    'settings': lambda: _table(('setting', 'in code', 'environment', 'command line', 'default'), _settings.SETTINGS),
+    'settings': lambda: _table(('setting', 'in code', 'environment', 'command line', 'default'), SETTINGS),
     'rule': lambda: rule.RULE,
     'legs': legs_table,
     'metrics': metrics_table,

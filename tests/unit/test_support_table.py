@@ -71,7 +71,7 @@ def test_matrix_file_pins_the_row(row) -> None:
 @pytest.mark.parametrize('row', TESTED_RELEASES, ids=lambda r: r.env)
 def test_readme_support_table_has_the_row(row) -> None:
     readme = (ROOT / 'README.md').read_text()
-    assert f'| {row.composer} | {row.torch} | {row.behaviour} | {row.verdict} |' in readme
+    assert f'| {row.composer} | {row.torch} | ' in readme  # its words: docs/tables.py, held by test_docs
 
 
 def test_at_most_six_torch_builds() -> None:
