@@ -28,6 +28,7 @@ __all__ = [
     'given_transforms',
     'held_slots',
     'note',
+    'noted',
     'spec_name',
     'tap',
 ]
@@ -79,7 +80,9 @@ class Note:
     by_shim: bool = False
 
 
-_NOTES: dict[int, tuple[Callable[[], Any], Note]] = {}
+#: By dataloader: a weak reference to it, and the notes of the DataSpecs built over it, oldest first (train, eval and
+#: predict may share one dataloader, each with its own DataSpec).
+_NOTES: dict[int, tuple[Callable[[], Any], list[Note]]] = {}
 
 
 def _ref(obj: Any) -> Callable[[], Any]:
@@ -136,23 +139,36 @@ def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
     loader = getattr(spec, 'dataloader', None)
     if loader is None:
         return
-    key = id(loader)
-    found = _NOTES.get(key)
-    if found is not None and found[0]() is loader and found[1].spec() is spec and found[1].by_shim and not by_shim:
+    ref, notes = _NOTES.get(id(loader), (None, []))
+    if ref is None or ref() is not loader:
+        ref, notes = _ref(loader), []
+    before = next((n for n in notes if n.spec() is spec), None)
+    if before is not None and before.by_shim and not by_shim:
         return
-    _NOTES[key] = (_ref(loader), Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim))
+    made = Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim)
+    _NOTES[id(loader)] = (ref, [n for n in notes if n is not before and n.spec() is not None] + [made])
     if len(_NOTES) > 64:  # drop the notes of dataloaders that are gone
-        for stale in [k for k, (ref, n) in _NOTES.items() if ref() is None or n.spec() is None]:
+        for stale in [k for k, (ref, found) in _NOTES.items() if ref() is None or not found]:
             del _NOTES[stale]
 
 
-def find(loader: Any) -> Optional[tuple[Any, Note]]:
-    """The DataSpec last built over ``loader`` and its note, or ``None`` if none was noted (or it is gone)."""
-    found = _NOTES.get(id(loader))
-    if found is None or found[0]() is not loader:
-        return None
-    spec = found[1].spec()
-    return None if spec is None else (spec, found[1])
+def find(loader: Any, besides: Iterable[Any] = ()) -> Optional[tuple[Any, Note]]:
+    """The DataSpec last built over ``loader`` that is none of ``besides``, and its note (``None``: none was noted, or
+    it is gone)."""
+    ref, notes = _NOTES.get(id(loader), (None, []))
+    others = list(besides)
+    for found in reversed(notes if ref is not None and ref() is loader else []):
+        spec = found.spec()
+        if spec is not None and not any(spec is other for other in others):
+            return spec, found
+    return None
+
+
+def noted(spec: Any) -> Optional[Note]:
+    """The note of exactly ``spec`` (``None``: it was never noted)."""
+    loader = getattr(spec, 'dataloader', None)
+    ref, notes = _NOTES.get(id(loader), (None, []))
+    return next((n for n in notes if n.spec() is spec), None) if ref is not None and ref() is loader else None
 
 
 def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[_patching.Swap]]:

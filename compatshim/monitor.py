@@ -173,17 +173,17 @@ class TransformMonitor(Callback):
             self._steps.steps_in_all[label] += int(steps)
 
     def _find(self, state: State, label: str) -> Optional[tuple[Any, Note]]:
-        """The running dataloader's DataSpec and its note: noted when it was built, or, for an evaluator built before
-        any watch, what it visibly holds."""
-        loader = state.dataloader
-        found = _dataspecs.find(loader)
-        if found is not None or label in ('train', 'predict'):
-            return found
-        specs = [e.dataloader for e in getattr(state, 'evaluators', []) or [] if e.label == label]
-        if not specs or getattr(specs[0], 'dataloader', None) is not loader:
-            return None
-        spec = specs[0]
-        return spec, Note(lambda: spec, _dataspecs.spec_name(spec), {s.name: s for s in _dataspecs.held_slots(spec)})
+        """The running dataloader's DataSpec and its note: for an evaluator, its own DataSpec (noted, or, built before
+        any watch, what it visibly holds); for train and predict, the last built over the dataloader that is no
+        evaluator's (one dataloader may feed several DataSpecs)."""
+        loader, evaluators = state.dataloader, [e for e in getattr(state, 'evaluators', []) or []]
+        if label in ('train', 'predict'):
+            return _dataspecs.find(loader, [e.dataloader for e in evaluators]) or _dataspecs.find(loader)
+        spec = next((e.dataloader for e in evaluators if e.label == label), None)
+        if spec is None or getattr(spec, 'dataloader', None) is not loader:
+            return _dataspecs.find(loader)
+        held = {s.name: s for s in _dataspecs.held_slots(spec)}
+        return spec, _dataspecs.noted(spec) or Note(lambda: spec, _dataspecs.spec_name(spec), held)
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, tapped (once per DataSpec): what it is known to do is said then."""

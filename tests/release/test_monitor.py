@@ -112,6 +112,31 @@ def test_metrics_in_train_two_evaluators_and_predict(leg: str) -> None:
         assert _logged(logger, f'data/{summary.label}/steps') == [steps[summary.label]]
 
 
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
+    """Train, an evaluator and predict over one DataLoader object, each its own DataSpec: each loop is judged by its
+    own DataSpec, not by the last one built over the dataloader."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    shared, monitor = loader(16), TransformMonitor()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        t, _ = trainer(
+            make_device(),
+            train_dataloader=DataSpec(shared, device_transforms=Probe()),
+            eval_dataloader=DataSpec(shared, device_transforms=Probe()),
+            max_duration='2ba',
+            callbacks=[monitor],
+        )
+        t.fit()
+        t.predict(DataSpec(shared, device_transforms=Probe()))
+    assert [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)] == []
+    where = {s.label: (s.transforms['device_transforms'].where, s.steps) for s in monitor.summaries}
+    assert where == {'eval': ('device', 2), 'train': ('device', 2), 'predict': ('device', 2)}
+
+
 @NEEDS_PATCH
 @pytest.mark.stage('microbatch')
 @pytest.mark.parametrize('leg', [pytest.param('shim', id='shim')], indirect=True)
