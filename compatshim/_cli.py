@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -172,7 +173,17 @@ def _report_command(args: argparse.Namespace) -> int:
     from compatshim.bench import report, results, rule
 
     if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
-        print(f'compatshim report: --baselines {args.baselines}: no such directory', file=sys.stderr)
+        print(
+            f'compatshim report: --baselines {args.baselines}: no such directory (--record writes the first baselines '
+            'there)',
+            file=sys.stderr,
+        )
+        return _exits.NOT_DONE
+    if not args.no_png and importlib.util.find_spec('matplotlib') is None:
+        print(
+            'compatshim report: the charts need matplotlib (pip install "compatshim[bench]"); or pass --no-png',
+            file=sys.stderr,
+        )
         return _exits.NOT_DONE
     try:
         found = results.gather(args.results)
@@ -211,7 +222,8 @@ def _report_command(args: argparse.Namespace) -> int:
             except (results.BaselineExistsError, ValueError) as exc:
                 print(f'not recorded: {exc}')
     every = [j for entries in judged.values() for entry in entries for j in entry.judgements]
-    print(f'{len(found)} env(s), worst outcome {rule.worst(every)}')
+    absent = f'; {len(missing)} without a baseline (exit 1)' if missing else ''
+    print(f'{len(found)} env(s), worst outcome {rule.worst(every)}{absent}')
     for line in failures + missing:  # the last lines of a failed run: env, metric, baseline, current, threshold
         print(line)
     return _exits.REGRESSION if failures or missing else _exits.OK

@@ -58,7 +58,7 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
             'a callable that returns no pipeline, a bad or missing baseline name, a pipeline baseline that is not '
             'comparable: refused before any leg runs), no Composer, or the --device asked for absent',
             'compatshim report': 'nothing judged: bad input (a file that is not a result, no results, a missing '
-            'baselines directory without --record)',
+            'baselines directory without --record), or no matplotlib for the charts without --no-png',
         },
     ),
     (3, {'compatshim doctor': 'affected, and the shim does not fix it here: please report the output'}),

@@ -279,14 +279,15 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     relied_on = {leg for leg in ran_before if metrics.LEGS[leg].stage}
     judged = metrics.pipeline_metrics((ran & ran_before) | relied_on)
     judgements = rule.judge(result, baseline, judged, metrics.PIPELINE_COMPARABLE_BY)
-    now, then, what = result.composer, baseline.composer, result.pipeline
-    lines = [f'NEW {what} {leg}: runs on Composer {now}, not on {then} (reported, not judged)'
+    then, what = baseline.composer, result.pipeline
+
+    def why(r: PipelineResult, leg: str) -> str:
+        return f'Composer {r.composer}: ' + (r.legs[leg].reason if leg in r.legs else 'no such leg')
+
+    lines = [f'NEW {what} {leg}: runs now; in the baseline, {why(baseline, leg)} (reported, not judged)'
              for leg in sorted(ran - ran_before - relied_on)]  # fmt: skip
-    lines += [
-        f'GONE {what} {leg}: ran on Composer {then}, not on {now} '
-        f'({result.legs[leg].reason if leg in result.legs else "no such leg"}; reported, not judged)'
-        for leg in sorted(ran_before - ran - relied_on)
-    ]
+    lines += [f'GONE {what} {leg}: ran in the baseline; now, {why(result, leg)} (reported, not judged)'
+              for leg in sorted(ran_before - ran - relied_on)]  # fmt: skip
     lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
     worse = sum(j.outcome is rule.Outcome.REGRESSION for j in judgements)
     worsened = f'{worse} worsened' if worse else 'nothing worsened'

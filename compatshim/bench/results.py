@@ -170,7 +170,7 @@ class Result:
             return ''
         return (
             f"{leg}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
-            'ms/step): the machine was busy, or the leg is'
+            'ms/step): the machine was busy, or the leg varies from round to round'
         )
 
     # What only the reference bench measures (``None`` or empty elsewhere): the recipe's legs, a probe's samples,
@@ -262,13 +262,19 @@ def now() -> str:
 
 def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tuple[str, ...]) -> Optional[str]:
     """Why the ``baseline`` fingerprint did not measure the same workload as ``fingerprint`` (``None``: it did), by the
-    ``keys`` (a size is named by its name)."""
+    ``keys`` (a size is named by its name, and by the fields that differ where the names are the same)."""
 
-    def short(value: Any) -> Any:
-        return value.get('name', value) if isinstance(value, dict) else value
+    def shown(value: Any, other: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        if not isinstance(other, dict) or other.get('name') != value.get('name'):
+            return value.get('name', value)
+        differ = [f'{k} {v}' for k, v in value.items() if k != 'name' and k in other and other[k] != v]
+        return f'{value.get("name")} ({", ".join(differ)})' if differ else value.get('name')
 
     differ = [
-        f'{key.replace("_", " ")} {short(baseline.get(key))} in the baseline, {short(fingerprint.get(key))} now'
+        f'{key.replace("_", " ")} {shown(baseline.get(key), fingerprint.get(key))} in the baseline, '
+        f'{shown(fingerprint.get(key), baseline.get(key))} now'
         for key in keys
         if fingerprint.get(key) != baseline.get(key)
     ]

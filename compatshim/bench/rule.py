@@ -234,7 +234,7 @@ class Exact(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before, 'judged against a baseline'
         new, old = now[0], before[0]
-        change = f'{new - old:+.0f}{self.unit}' if self.unit else f'{old} in the baseline, {new} now'
+        change = f'{new - old:+,.0f}{self.unit}' if self.unit else f'{old} in the baseline, {new} now'
         if new == old:
             outcome, reason = Outcome.OK, 'the same'
         elif self.improves(old, new):

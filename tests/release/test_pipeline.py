@@ -314,3 +314,5 @@ def test_a_baseline_that_is_not_comparable_is_refused_before_anything_is_measure
     assert {p: p.read_bytes() for p in user_repo.rglob('*') if p.is_file() and '__pycache__' not in p.parts} == {
         p: b for p, b in before.items() if '__pycache__' not in p.parts
     }
+    code, _, err = _bench(capsys, '--steps', '5', '--compare', 'main')  # the same size name: what differs is said
+    assert code == 2 and 'size default (steps 20) in the baseline, default (steps 5) now' in err, err

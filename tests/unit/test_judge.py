@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -472,6 +473,17 @@ def test_report_refuses_what_it_cannot_read(tmp_path: Path, capsys: Any) -> None
     assert _cli.main([*args, str(tmp_path / 'empty-dir')]) == 2
     assert 'no bench results' in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()  # nothing half-done
+
+
+def test_report_without_matplotlib_asks_for_it_or_no_png(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """The charts need the [bench] extra: without matplotlib, one line, exit 2, nothing written (not a traceback and
+    exit 1, which a CI job would read as a regression)."""
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)
+    args = ['report', '--results', str(REPORT / 'report.json'), '--baselines', str(BASELINES)]
+    assert _cli.main([*args, '--out', str(tmp_path / 'out')]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'matplotlib' in err[0] and '--no-png' in err[0], err
+    assert not (tmp_path / 'out').exists()
 
 
 def test_results_gathered_from_runners_give_the_report_of_tox_e_report(
