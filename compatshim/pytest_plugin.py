@@ -125,15 +125,15 @@ def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """``compatshim_bench(pipeline, *, compare=None, save=None, directory=None, quick=True, device='cpu', name=None)``.
+    """``compatshim_bench(pipeline, *, compare=None, save=None, directory=None, quick=None, device='cpu', name=None)``.
 
     Runs the pipeline bench (``compatshim bench --pipeline``) in this process, the shim off while it measures (and
     back as it was after), and returns the result. With ``compare=NAME`` the test fails, naming each metric, when
     anything worsened against the baseline ``NAME`` (in ``directory``, default ``.compatshim/benchmarks``), or when
     that baseline measured another pipeline, size or device; ``save=NAME`` saves the result once the comparison (if
     any) passed. ``name`` identifies the pipeline in baselines (default: the string given, else this test's id).
-    ``quick=False`` runs the full size, whose timings can gate (3 quick rounds can only gate placement, calls and
-    bytes).
+    ``quick``: by default the size of the baseline compared with, else quick (3 rounds, which gate placement, calls
+    and bytes only); ``False``: the full size, whose timings can gate.
     """
 
     def run(
@@ -142,22 +142,24 @@ def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
         compare: Optional[str] = None,
         save: Optional[str] = None,
         directory: Any = None,
-        quick: bool = True,
+        quick: Optional[bool] = None,
         device: str = 'cpu',
         name: Optional[str] = None,
     ) -> Any:
         from compatshim.bench import pipeline as pipelines
 
-        size = pipelines.size_of('quick' if quick else 'default')
+        size = None if quick is None and compare else pipelines.size_of('default' if quick is False else 'quick')
         named = name or (pipeline if isinstance(pipeline, str) else request.node.nodeid)
         try:
             gated = pipelines.run(
                 pipeline, named, device=device, size=size, compare_to=compare, save=save, directory=directory
             )
         except ValueError as exc:  # a baseline that cannot be used, or a pipeline that cannot run
-            pytest.fail(str(exc), pytrace=False)
-        if gated.code:
-            pytest.fail('\n'.join(gated.lines), pytrace=False)
+            failed = str(exc)
+        else:
+            failed = '\n'.join(gated.lines) if gated.code else ''
+        if failed:
+            pytest.fail(failed, pytrace=False)
         return gated.result
 
     return run

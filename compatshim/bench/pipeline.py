@@ -22,7 +22,7 @@ from compatshim._placement import Placement
 from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import engine, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, first_line
-from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable
+from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 
 __all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
 
@@ -318,12 +318,12 @@ def run(
     """The pipeline gate, once for the CLI and the fixture: every input validated and a baseline that cannot be
     compared refused before anything is measured (``ValueError``/:class:`PipelineError`, one line); then measure,
     compare with ``compare_to``, and save as ``save`` unless the comparison failed (a worse run never replaces its
-    baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its fields."""
+    baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its fields; ``size``: default
+    the baseline's when comparing, else ``default``."""
     store = Store(directory if directory is not None else PIPELINE_DIR, PipelineResult)
     for given in (save, compare_to):
         if given is not None:
             store.path(given)
-    size = size or size_of('default')
     accelerator(device)
     baseline = None
     if compare_to is not None:
@@ -337,6 +337,8 @@ def run(
             raise ValueError(
                 f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}'
             )
+    if size is None:  # the baseline's size when comparing with one
+        size = Size(**known(Size, baseline.fingerprint['size'])) if baseline is not None else size_of('default')
     name = name or (pipeline if isinstance(pipeline, str) else 'pipeline')
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and compare_to is not None:

@@ -112,7 +112,7 @@ class LegResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
-        leg = cls(**_known(cls, data))
+        leg = cls(**known(cls, data))
         leg.status, leg.placement = LegStatus(leg.status), Placement(leg.placement)
         return leg
 
@@ -195,12 +195,12 @@ class Result:
             raise UnreadableResult(f'it is not a result of {cls.command} (kind {found!r})')
         if data.get('schema') != SCHEMA:
             raise UnreadableResult(f'it is a result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
-        fields = _known(cls, data)
+        fields = known(cls, data)
         for name in ('legs', 'recipe'):
             if name in fields:
                 fields[name] = {leg: LegResult.from_json(found) for leg, found in fields[name].items()}
         if 'overheads' in fields:
-            fields['overheads'] = {n: Overheads(**_known(Overheads, o)) for n, o in fields['overheads'].items()}
+            fields['overheads'] = {n: Overheads(**known(Overheads, o)) for n, o in fields['overheads'].items()}
         return cls(**fields)
 
 
@@ -250,7 +250,7 @@ class PipelineResult(Result):
     command: ClassVar[str] = 'compatshim bench --pipeline'
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """The keys of ``data`` that ``cls`` has fields for (a stored result may hold fields since retired)."""
     fields = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in fields}
