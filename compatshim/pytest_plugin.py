@@ -28,10 +28,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         nargs='?',
         const=_DEFAULT_STAGE,
         default=None,
-        choices=(*STAGES, _DEFAULT_STAGE),
         metavar='STAGE',
-        help=f'enable the shim for the session at STAGE ({" or ".join(STAGES)}; bare: COMPATSHIM_STAGE, else batch, '
-        'as enable() reads it). Write it as --compatshim=STAGE before test paths.',
+        help=f'enable the shim for the session at STAGE ({" or ".join(STAGES)}, written --compatshim=STAGE; bare: '
+        'COMPATSHIM_STAGE, else batch, as enable() reads it)',
     )
     group.addoption(
         '--compatshim-device',
@@ -41,11 +40,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """A bare ``--compatshim`` before a test path (``pytest --compatshim tests/``): argparse would take the path for
+    the stage."""
+    from compatshim._stages import STAGES
+
+    for i, arg in enumerate(args[:-1]):
+        if arg == '--compatshim' and args[i + 1] not in STAGES and not args[i + 1].startswith('-'):
+            args[i] = f'--compatshim={_DEFAULT_STAGE}'
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    from compatshim._stages import STAGES
+
     stage = config.getoption('compatshim', default=None)
     config.stash[_ENABLED_BY_SESSION] = False
     if stage is None:
         return
+    if stage not in (*STAGES, _DEFAULT_STAGE):
+        raise pytest.UsageError(f'--compatshim={stage}: not a stage; use {" or ".join(STAGES)}, or --compatshim alone')
     import compatshim
 
     try:

@@ -21,6 +21,14 @@ def test_stage_option(pytester: pytest.Pytester, args: list[str], stage: str) ->
     assert pytester.parseconfig(*args).getoption('compatshim') == stage
 
 
+def test_a_bare_flag_before_a_test_path_takes_no_path_for_its_stage(pytester: pytest.Pytester) -> None:
+    """``pytest --compatshim tests/`` (docs/ci.md): the bare flag, and the path stays a path."""
+    pytester.makepyfile(test_x='def test_ok(): pass')
+    config = pytester.parseconfig('--compatshim', 'test_x.py', '-q')
+    assert config.getoption('compatshim') == 'default' and config.args == ['test_x.py']
+    assert pytester.parseconfig('--compatshim', 'microbatch').getoption('compatshim') == 'microbatch'
+
+
 def test_device_option(pytester: pytest.Pytester) -> None:
     assert pytester.parseconfig().getoption('compatshim_device') == 'cpu'
     assert pytester.parseconfig('--compatshim-device=mps').getoption('compatshim_device') == 'mps'
@@ -30,4 +38,4 @@ def test_bad_stage_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess('--compatshim=gpu')
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    assert "invalid choice: 'gpu'" in err and 'batch' in err and 'microbatch' in err
+    assert '--compatshim=gpu: not a stage; use batch or microbatch' in err, err
