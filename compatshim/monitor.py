@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import warnings
 from typing import Any, Callable, Optional
 
@@ -79,6 +80,10 @@ class TransformMonitor(Callback):
     monitor itself is created.
     ``compatshim run --monitor`` attaches one to every Trainer of the run, with nothing to edit.
     """
+
+    #: Print each summary line to stderr where the ``compatshim.monitor`` logger is not at INFO: the monitors that
+    #: :func:`attach_to_every_trainer` adds (``compatshim run --monitor``), which no script configured.
+    _echo = False
 
     def __init__(self, log_interval: int = 1, strict: bool = False) -> None:
         if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval < 1:
@@ -246,6 +251,8 @@ class TransformMonitor(Callback):
             logger.log_traces({f'data/{label}/summary': summary.line})
             self.summaries.append(summary)
             log.info(summary.line)
+            if self._echo and not log.isEnabledFor(logging.INFO):  # attached without a code edit: seen all the same
+                print(summary.line, file=sys.stderr, flush=True)
 
     def _complain(self, watched: _Watched, where: Placement, label: str) -> None:
         if id(watched.spec) not in self._warned or self.strict:
@@ -277,7 +284,9 @@ def _make_trainer_init(original: Callable[..., None], record: _patching.Patch) -
         callbacks = bound.arguments.get('callbacks')
         listed = [] if callbacks is None else [callbacks] if not isinstance(callbacks, (list, tuple)) else callbacks
         if not any(isinstance(cb, TransformMonitor) for cb in listed):
-            bound.arguments['callbacks'] = [*listed, TransformMonitor(**_ATTACH)]
+            added = TransformMonitor(**_ATTACH)
+            added._echo = True
+            bound.arguments['callbacks'] = [*listed, added]
         record.original(*bound.args, **bound.kwargs)
 
     return __init__

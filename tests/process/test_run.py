@@ -167,6 +167,7 @@ def test_run_monitor_attaches_a_monitor_to_every_trainer(runs: dict[str, Any], p
     found = _report(runs, 'tree')[process]['monitor']
     assert [entry['where'] for entry in found] == [{'device_transforms': 'device'}], found
     assert "'train'" in found[0]['line'] and 'on the device, 1 call/step' in found[0]['line']
+    assert found[0]['line'] in runs['tree'][1], 'the summary on stderr too: nothing in the run set up logging'
 
 
 # --- kill-switch: the control ----------------------------------------------------------------------------------------
