@@ -311,7 +311,7 @@ class Summary:
     def text(self) -> str:
         """The summary in words: which loop, where each transform ran, what crossed to the device, how long the
         trainer waited for data."""
-        parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transforms given'
+        parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transform seen'
         dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
         more = f' ({self.steps_in_all} with the runs before a resume)' if self.steps_in_all > self.steps else ''
         waited = (
