@@ -140,7 +140,7 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
     *(metric for _, cost in COSTS for metric in cost),
     # Counts: what crosses on the recipe workload; checks, whatever the timings.
-    *(Metric(f'bytes per step ({leg})', rule.BYTES, Source(leg, recipe=True), Gate.AFFECTED,
+    *(Metric(f'bytes per step (recipe {leg})', rule.BYTES, Source(leg, recipe=True), Gate.AFFECTED,
              title=f'recipe bytes ({t})') for leg, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
     *(Metric(f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe),
              Gate.ALWAYS) for recipe in (False, True) for leg in ('shim-batch', 'shim-microbatch')),

@@ -93,9 +93,13 @@ def text(result: Result, head: str, more: list[str]) -> str:
 def reference_lines(result: BenchResult) -> list[str]:
     """What the reference bench measured besides its legs: every metric it has here as its kind shows it, the
     monitor's words per leg, what plain device_transforms does."""
-    lines = [f'  {m.id:36} {m.show(result)}' for m in METRICS if m.applies(result) and m.read(result)]
+    lines = [
+        "  ratios: a leg's samples/s over its partner's in the same round, median ± IQR over the rounds; bytes and "
+        'placement (recipe): the recipe workload (uint8 images, checked, not timed)'
+    ]
+    lines += [f'  {m.id:38} {m.show(result)}' for m in METRICS if m.applies(result) and m.read(result)]
     lines += [f'  monitor, {name}: {leg.monitor}' for name, leg in result.legs.items() if leg.monitor]
-    return [*lines, f'  {"recipe: plain device_transforms":36} {plain_words(result.recipe["unpatched"])}']
+    return [*lines, f'  {"recipe: plain device_transforms":38} {plain_words(result.recipe["unpatched"])}']
 
 
 @dataclasses.dataclass

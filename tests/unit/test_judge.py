@@ -271,11 +271,11 @@ def test_bytes_are_a_count_judged_exactly() -> None:
     grown = copy.deepcopy(result)
     grown.recipe['shim-batch'].h2d_bytes_per_step += 8  # one more int64 crosses per step
     outcomes = _outcomes(grown, result)
-    assert outcomes['bytes per step (shim-batch)'] == 'regression'
-    assert outcomes['bytes per step (shim-microbatch)'] == 'ok'
+    assert outcomes['bytes per step (recipe shim-batch)'] == 'regression'
+    assert outcomes['bytes per step (recipe shim-microbatch)'] == 'ok'
     fewer = copy.deepcopy(result)
     fewer.recipe['shim-batch'].h2d_bytes_per_step -= 8
-    assert _outcomes(fewer, result)['bytes per step (shim-batch)'] == 'improved'
+    assert _outcomes(fewer, result)['bytes per step (recipe shim-batch)'] == 'improved'
 
 
 @pytest.mark.parametrize(
