@@ -29,6 +29,7 @@ __all__ = [
     'held_slots',
     'note',
     'noted',
+    'over',
     'spec_name',
     'tap',
 ]
@@ -80,16 +81,12 @@ class Note:
     by_shim: bool = False
 
 
-#: By dataloader: a weak reference to it, and the notes of the DataSpecs built over it, oldest first (train, eval and
-#: predict may share one dataloader, each with its own DataSpec).
-_NOTES: dict[int, tuple[Callable[[], Any], list[Note]]] = {}
-
-
-def _ref(obj: Any) -> Callable[[], Any]:
-    try:
-        return weakref.ref(obj)
-    except TypeError:  # an object that takes no weak reference (rare for a dataloader): keep it
-        return lambda: obj
+#: The attribute a noted DataSpec keeps its note in: the note lives and dies with its DataSpec. (A note holds its
+#: transforms' holders, and through them the DataSpec: kept anywhere else, it would keep every DataSpec alive.)
+NOTE_ATTRIBUTE = '_compatshim_note'
+#: By dataloader: weak references to the DataSpecs noted over it, newest last (train, eval and predict may share one
+#: dataloader, each with its own DataSpec).
+_OVER: dict[int, list[weakref.ref[Any]]] = {}
 
 
 def spec_name(spec: Any) -> str:
@@ -136,39 +133,37 @@ def held_slots(spec: Any) -> list[Slot]:
 
 def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
     """Remember ``spec``'s slots. The shim's note replaces a watch's; a watch's never replaces the shim's."""
+    before = noted(spec)
+    if (before is not None and before.by_shim and not by_shim) or not hasattr(spec, '__dict__'):
+        return
+    vars(spec)[NOTE_ATTRIBUTE] = Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim)
     loader = getattr(spec, 'dataloader', None)
-    if loader is None:
-        return
-    ref, notes = _NOTES.get(id(loader), (None, []))
-    if ref is None or ref() is not loader:
-        ref, notes = _ref(loader), []
-    before = next((n for n in notes if n.spec() is spec), None)
-    if before is not None and before.by_shim and not by_shim:
-        return
-    made = Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim)
-    _NOTES[id(loader)] = (ref, [n for n in notes if n is not before and n.spec() is not None] + [made])
-    if len(_NOTES) > 64:  # drop the notes of dataloaders that are gone
-        for stale in [k for k, (ref, found) in _NOTES.items() if ref() is None or not found]:
-            del _NOTES[stale]
+    if loader is not None:
+        kept = [ref for ref in _OVER.get(id(loader), []) if over(ref(), loader) and ref() is not spec]
+        _OVER[id(loader)] = [*kept[-7:], weakref.ref(spec)]
+    if len(_OVER) > 64:  # drop what is gone
+        for stale in [key for key, refs in _OVER.items() if all(ref() is None for ref in refs)]:
+            del _OVER[stale]
 
 
-def find(loader: Any, besides: Iterable[Any] = ()) -> Optional[tuple[Any, Note]]:
-    """The DataSpec last built over ``loader`` that is none of ``besides``, and its note (``None``: none was noted, or
-    it is gone)."""
-    ref, notes = _NOTES.get(id(loader), (None, []))
-    others = list(besides)
-    for found in reversed(notes if ref is not None and ref() is loader else []):
-        spec = found.spec()
-        if spec is not None and not any(spec is other for other in others):
-            return spec, found
-    return None
+def over(spec: Any, loader: Any) -> bool:
+    """Whether ``spec`` is a DataSpec (alive) over ``loader``."""
+    return spec is not None and getattr(spec, 'dataloader', None) is loader
 
 
 def noted(spec: Any) -> Optional[Note]:
-    """The note of exactly ``spec`` (``None``: it was never noted)."""
-    loader = getattr(spec, 'dataloader', None)
-    ref, notes = _NOTES.get(id(loader), (None, []))
-    return next((n for n in notes if n.spec() is spec), None) if ref is not None and ref() is loader else None
+    """``spec``'s note (``None``: it was never noted)."""
+    found = vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
+    return found if isinstance(found, Note) else None
+
+
+def find(loader: Any) -> Optional[tuple[Any, Note]]:
+    """The DataSpec last noted over ``loader`` and its note, or ``None`` if none was noted (or it is gone)."""
+    for ref in reversed([ref for ref in _OVER.get(id(loader), []) if over(ref(), loader)]):
+        spec, found = ref(), noted(ref())
+        if found is not None:
+            return spec, found
+    return None
 
 
 def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[_patching.Swap]]:

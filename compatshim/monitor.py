@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import sys
+import types
 import warnings
 from typing import Any, Callable, Optional
 
@@ -68,6 +69,23 @@ def _label(state: State) -> str:
     return state.dataloader_label or 'eval'
 
 
+def _running(label: str) -> Optional[Any]:
+    """The DataSpec the trainer on this thread runs for ``train`` (its train DataSpec) or ``predict`` (the one
+    ``predict()`` was given), read from the trainer's frames (``None``: not found there)."""
+    from composer import Trainer
+
+    frame: Optional[types.FrameType] = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get('self') if 'self' in frame.f_code.co_varnames else None
+        if isinstance(owner, Trainer):
+            if label == 'train':
+                return getattr(owner, '_train_data_spec', None)
+            if 'data_spec' in frame.f_code.co_varnames:
+                return frame.f_locals.get('data_spec')
+        frame = frame.f_back
+    return None
+
+
 class TransformMonitor(Callback):
     """Logs, per step and dataloader label, where each data transform ran, its calls, its time and the bytes moved.
 
@@ -102,6 +120,7 @@ class TransformMonitor(Callback):
         self._reading: Optional[_Watched] = None  # the DataSpec the open step reads
         self._warned: set[int] = set()
         self._blind: set[str] = set()
+        self._running: dict[str, Optional[_Watched]] = {}  # by label, while its loop runs
 
     @property
     def _clock(self) -> Any:
@@ -178,21 +197,33 @@ class TransformMonitor(Callback):
             self._steps.steps_in_all[label] += int(steps)
 
     def _find(self, state: State, label: str) -> Optional[tuple[Any, Note]]:
-        """The running dataloader's DataSpec and its note: for an evaluator, its own DataSpec (noted, or, built before
-        any watch, what it visibly holds); for train and predict, the last built over the dataloader that is no
-        evaluator's (one dataloader may feed several DataSpecs)."""
-        loader, evaluators = state.dataloader, [e for e in getattr(state, 'evaluators', []) or []]
+        """The running DataSpec and its note (one dataloader may feed several DataSpecs): train's and predict's as the
+        trainer holds them (unnoted: unseen); an evaluator's own (unnoted: what it visibly holds); else the last noted
+        over the running dataloader."""
+        loader = state.dataloader
         if label in ('train', 'predict'):
-            return _dataspecs.find(loader, [e.dataloader for e in evaluators]) or _dataspecs.find(loader)
-        spec = next((e.dataloader for e in evaluators if e.label == label), None)
-        if spec is None or getattr(spec, 'dataloader', None) is not loader:
+            spec = _running(label)
+            if _dataspecs.over(spec, loader):
+                found = _dataspecs.noted(spec)
+                return None if found is None else (spec, found)
+            return _dataspecs.find(loader)
+        evaluators = reversed(getattr(state, 'evaluators', None) or [])
+        spec = next(
+            (e.dataloader for e in evaluators if e.label == label and _dataspecs.over(e.dataloader, loader)), None
+        )
+        if spec is None:
             return _dataspecs.find(loader)
         held = {s.name: s for s in _dataspecs.held_slots(spec)}
         return spec, _dataspecs.noted(spec) or Note(lambda: spec, _dataspecs.spec_name(spec), held)
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
-        """The running DataSpec, tapped (once per DataSpec): what it is known to do is said then."""
-        found = self._find(state, label)
+        """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
+        if label in self._running:
+            return self._running[label]
+        self._running[label] = watched = self._watch_found(self._find(state, label), label)
+        return watched
+
+    def _watch_found(self, found: Optional[tuple[Any, Note]], label: str) -> Optional[_Watched]:
         if found is None:
             if label not in self._blind:
                 self._blind.add(label)
@@ -242,6 +273,7 @@ class TransformMonitor(Callback):
             logger.log_metrics({f'data/{timed.label}/{timed.name}/time_ms': timed.ms}, step=timed.step)
 
     def _loop_end(self, label: str, logger: Logger) -> None:
+        self._running.pop(label, None)
         self._steps.drop()
         self._reading = None
         self._read_late(logger, final=True)

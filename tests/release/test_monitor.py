@@ -10,6 +10,7 @@ Then the places a run goes: ``'auto'`` microbatching with out-of-memory retries,
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,8 +115,9 @@ def test_metrics_in_train_two_evaluators_and_predict(leg: str) -> None:
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
-    """Train, an evaluator and predict over one DataLoader object, each its own DataSpec: each loop is judged by its
-    own DataSpec, not by the last one built over the dataloader."""
+    """Train, evaluators and predict over one DataLoader object, each loop with its own DataSpec: each is judged by the
+    DataSpec it runs, not by the last one built over the dataloader (fit, predict, fit again, an eval() of a new
+    DataSpec beside the Trainer's evaluator, a predict of the evaluator's DataSpec)."""
     from composer.core import DataSpec
 
     from compatshim.monitor import TransformMonitor
@@ -123,18 +125,44 @@ def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
     shared, monitor = loader(16), TransformMonitor()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
+        evaluator = DataSpec(shared, device_transforms=Probe())
         t, _ = trainer(
             make_device(),
             train_dataloader=DataSpec(shared, device_transforms=Probe()),
-            eval_dataloader=DataSpec(shared, device_transforms=Probe()),
+            eval_dataloader=evaluator,
+            eval_interval='2ba',
             max_duration='2ba',
             callbacks=[monitor],
         )
         t.fit()
         t.predict(DataSpec(shared, device_transforms=Probe()))
+        t.fit(duration='2ba')
+        t.eval(eval_dataloader=DataSpec(shared, device_transforms=Probe()))
+        t.predict(evaluator)
     assert [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)] == []
-    where = {s.label: (s.transforms['device_transforms'].where, s.steps) for s in monitor.summaries}
-    assert where == {'eval': ('device', 2), 'train': ('device', 2), 'predict': ('device', 2)}
+    where = [(s.label, s.transforms['device_transforms'].where, s.steps) for s in monitor.summaries]
+    labels = ['eval', 'train', 'predict', 'eval', 'train', 'eval', 'predict']  # fit, predict, fit, eval, predict
+    assert where == [(label, 'device', 2) for label in labels], where
+
+
+def test_a_noted_dataspec_lives_no_longer_than_its_users_hold_it() -> None:
+    """What the watch and the shim note of a DataSpec does not keep it (nor its dataloader and data) alive."""
+    import gc
+    import weakref
+
+    from composer.core import DataSpec
+
+    from compatshim.monitor import watch
+
+    watch()  # the watch notes every DataSpec built from now on
+
+    refs = []
+    for shim in (False, IS_AFFECTED):  # the shim's note holds its hooks, which hold Composer's own bound transforms
+        with compatshim.enabled() if shim else contextlib.nullcontext():
+            argument = 'batch_transforms' if FAMILY is Family.REJECTED and not shim else 'device_transforms'
+            refs += [weakref.ref(DataSpec(loader(8), **{argument: lambda batch: batch})) for _ in range(20)]
+    gc.collect()
+    assert sum(ref() is not None for ref in refs) == 0
 
 
 @NEEDS_PATCH
