@@ -1,10 +1,11 @@
-"""Which transforms each ``DataSpec`` was given, where each one sits, and what became of it — keyed by its dataloader.
+"""Which transforms each ``DataSpec`` was given, where each one sits, and what became of it.
 
-A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28), and a callback sees only the running
-dataloader, not its DataSpec. So the DataSpec is *noted* when it is built, by the wrapper that knows where each
+A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28), and a callback sees the running dataloader
+more readily than its DataSpec. So the DataSpec is *noted* when it is built, by the wrapper that knows where each
 transform went: the shim's (:mod:`compatshim.patches.data_spec`) while the shim is on, the monitor's observe-only watch
 (:mod:`compatshim.patches.watch`) while it is armed. The monitor taps through :func:`tap` and knows nothing of the
-shim's hooks. A note holds weak references to the DataSpec and its dataloader; imports nothing heavy.
+shim's hooks. A note lives on its DataSpec; the DataSpecs over a dataloader are known by weak references (one
+dataloader may feed several). Imports nothing heavy.
 """
 
 from __future__ import annotations
