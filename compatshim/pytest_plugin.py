@@ -40,16 +40,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """A bare ``--compatshim`` before a test path (``pytest --compatshim tests/``): argparse would take the path for
-    the stage."""
-    from compatshim._stages import STAGES
-
-    for i, arg in enumerate(args[:-1]):
-        if arg == '--compatshim' and args[i + 1] not in STAGES and not args[i + 1].startswith('-'):
-            args[i] = f'--compatshim={_DEFAULT_STAGE}'
-
-
 def pytest_configure(config: pytest.Config) -> None:
     from compatshim._stages import STAGES
 
@@ -57,8 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_ENABLED_BY_SESSION] = False
     if stage is None:
         return
-    if stage not in (*STAGES, _DEFAULT_STAGE):
-        raise pytest.UsageError(f'--compatshim={stage}: not a stage; use {" or ".join(STAGES)}, or --compatshim alone')
+    if stage not in (
+        *STAGES,
+        _DEFAULT_STAGE,
+    ):  # a path after a bare flag reads as its stage: pytest --compatshim tests/
+        raise pytest.UsageError(
+            f'--compatshim took {stage!r} for its stage; write --compatshim=batch or --compatshim=microbatch, or put a '
+            'bare --compatshim after the test paths'
+        )
     import compatshim
 
     try:
