@@ -2,7 +2,8 @@
 version gating.
 
 ``tox.ini`` has one env per row of :data:`TESTED_RELEASES`, ``matrix/`` one frozen requirement file per row, and the
-README one line per row (``docs/tables.py`` renders it); ``tests/unit/test_support_table.py`` fails until they agree.
+README one line per row (``docs/tables.py`` renders it); ``tests/unit/test_support_table.py`` and ``test_docs.py`` fail
+until they agree.
 Imports nothing heavy: only :mod:`packaging`.
 """
 

@@ -283,7 +283,7 @@ class TransformMonitor(Callback):
             logger.log_traces({f'data/{label}/summary': summary.line})
             self.summaries.append(summary)
             log.info(summary.line)
-            if self._echo and not log.isEnabledFor(logging.INFO):  # attached without a code edit: seen all the same
+            if self._echo and not (log.isEnabledFor(logging.INFO) and log.hasHandlers()):  # no script set logging up
                 print(summary.line, file=sys.stderr, flush=True)
 
     def _complain(self, watched: _Watched, where: Placement, label: str) -> None:

@@ -337,8 +337,16 @@ def run(
             raise ValueError(
                 f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}'
             )
-    if size is None:  # the baseline's size when comparing with one
-        size = Size(**known(Size, baseline.fingerprint['size'])) if baseline is not None else size_of('default')
+    if size is None and baseline is not None:  # the baseline's size when comparing with one
+        try:
+            size = Size(**known(Size, baseline.fingerprint['size']))
+            size_of(size.name, size.steps, size.rounds)  # the checks of a size asked for
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f'{store.path(str(compare_to)).as_posix()} cannot be used: its size is not one ({first_line(exc)}); '
+                f'save it again with --save {compare_to}'
+            ) from None
+    size = size or size_of('default')
     name = name or (pipeline if isinstance(pipeline, str) else 'pipeline')
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and compare_to is not None:

@@ -215,6 +215,19 @@ def test_the_pytest_fixture_holds_the_gate_beside_the_users_tests(user_repo: Pat
     assert 'During handling' not in failed.stdout.str()
 
 
+def test_a_baseline_whose_size_is_not_one_is_refused_in_one_line(user_repo: Path) -> None:
+    """The fixture measures at its baseline's size: a baseline whose size cannot be one is refused, not a traceback."""
+    from compatshim.bench import pipeline
+
+    baselines = user_repo / '.compatshim' / 'benchmarks'
+    baselines.mkdir(parents=True)
+    saved = _recorded('main')
+    saved.fingerprint['size'] = {'name': 'default', 'steps': 0, 'rounds': 8}
+    (baselines / 'main.json').write_text(json.dumps(saved.to_json()))
+    with pytest.raises(ValueError, match=r'main.json cannot be used: its size is not one \(ValueError: steps must be'):
+        pipeline.run(SPEC, compare_to='main')
+
+
 def test_the_shared_source_starts_an_iterable_dataset_over() -> None:
     """Every leg draws from one iterator over the user's loader, started over when it runs out; a streaming loader
     (an ``IterableDataset``: its iterator has no length) is no exception."""
