@@ -10,6 +10,7 @@ dataloader may feed several). Imports nothing heavy.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import weakref
@@ -73,13 +74,20 @@ class Slot:
 
 @dataclasses.dataclass(eq=False)
 class Note:
-    """One DataSpec: a weak reference to it, how messages name it, and its slots (by argument name)."""
+    """One DataSpec: how messages name it, and its slots (by argument name). It travels with its DataSpec: a deep copy
+    gets a copy (the slots then name the copy's holders); a pickle keeps the shim's note (the DataSpec holds the
+    shim's hooks anyway) and drops a watch's (unpickling a DataSpec never needs compatshim because it was watched)."""
 
-    spec: Callable[[], Any]
     spec_name: str
     slots: dict[str, Slot]
     #: Noted by the shim's own wrapper, which knows where it put the transforms: a watch's note never replaces it.
     by_shim: bool = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Note:
+        return Note(self.spec_name, copy.deepcopy(self.slots, memo), self.by_shim)
+
+    def __reduce__(self) -> Any:
+        return (Note, (self.spec_name, self.slots, True)) if self.by_shim else (type(None), ())
 
 
 #: The attribute a noted DataSpec keeps its note in: the note lives and dies with its DataSpec. (A note holds its
@@ -137,7 +145,7 @@ def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
     before = noted(spec)
     if (before is not None and before.by_shim and not by_shim) or not hasattr(spec, '__dict__'):
         return
-    vars(spec)[NOTE_ATTRIBUTE] = Note(weakref.ref(spec), spec_name(spec), {s.name: s for s in slots}, by_shim)
+    vars(spec)[NOTE_ATTRIBUTE] = Note(spec_name(spec), {s.name: s for s in slots}, by_shim)
     loader = getattr(spec, 'dataloader', None)
     if loader is not None:
         kept = [ref for ref in _OVER.get(id(loader), []) if over(ref(), loader) and ref() is not spec]

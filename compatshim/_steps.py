@@ -252,8 +252,9 @@ def unseen_warning(label: str, strict: bool) -> str:
     """What is said of a dataloader whose DataSpec the monitor cannot see."""
     return (
         f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec was "
-        'built before compatshim.monitor was imported and while the shim was off. Import compatshim.monitor (or '
-        'call compatshim.enable()) before building DataSpecs, or start the run with compatshim run --monitor.'
+        'built before compatshim.monitor was imported and while the shim was off (or unpickled from one built so). '
+        'Import compatshim.monitor (or call compatshim.enable()) before building DataSpecs, or start the run with '
+        'compatshim run --monitor.'
     ) + (
         ' (strict: a transform it cannot see is not verified)'
         if strict

@@ -214,7 +214,7 @@ class TransformMonitor(Callback):
         if spec is None:
             return _dataspecs.find(loader)
         held = {s.name: s for s in _dataspecs.held_slots(spec)}
-        return spec, _dataspecs.noted(spec) or Note(lambda: spec, _dataspecs.spec_name(spec), held)
+        return spec, _dataspecs.noted(spec) or Note(_dataspecs.spec_name(spec), held)
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""

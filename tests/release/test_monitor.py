@@ -145,6 +145,30 @@ def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
     assert where == [(label, 'device', 2) for label in labels], where
 
 
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_copied_or_unpickled_dataspec_is_seen_as_the_original(leg: str) -> None:
+    """DataSpecs deep-copy and pickle with their transforms (docs/stages.md): the monitor sees a copy's as it sees the
+    original's. (A watch's note is dropped from a pickle, so that unpickling never needs compatshim: pickles are checked
+    where the shim converts the DataSpec.)"""
+    import copy
+    import pickle
+
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor, watch
+
+    watch()  # as importing the monitor does
+    built = DataSpec(loader(16), device_transforms=Probe())
+    copies = [copy.deepcopy(built)] + ([pickle.loads(pickle.dumps(built))] if compatshim.status().patches else [])
+    for spec in copies:
+        monitor = TransformMonitor()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor])[0].fit()
+        assert [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)] == []
+        assert monitor.summaries[0].transforms['device_transforms'].where == 'device'
+
+
 def test_a_noted_dataspec_lives_no_longer_than_its_users_hold_it() -> None:
     """What the watch and the shim note of a DataSpec does not keep it (nor its dataloader and data) alive."""
     import gc
