@@ -118,18 +118,13 @@ def compatshim_probe() -> Callable[[Callable[[Any], Any]], Any]:
 
 @pytest.fixture
 def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The shim enabled for this test; yields :func:`compatshim.status`."""
+    """The shim enabled for this test (at the ``--compatshim`` stage; else as ``enable()`` leaves a shim already on, or
+    reads the stage), and after it as it was before (``compatshim.enabled()``); yields :func:`compatshim.status`."""
     import compatshim
 
-    if request.config.stash.get(_ENABLED_BY_SESSION, False):
-        yield compatshim.status()
-        return
     stage = request.config.getoption('compatshim')
-    compatshim.enable(stage=None if stage in (None, _DEFAULT_STAGE) else stage)
-    try:
-        yield compatshim.status()
-    finally:
-        compatshim.disable()
+    with compatshim.enabled(stage=None if stage in (None, _DEFAULT_STAGE) else stage) as status:
+        yield status
 
 
 @pytest.fixture

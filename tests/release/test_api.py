@@ -270,3 +270,27 @@ def test_bare_pytest_compatshim_reads_the_stage_as_enable_does(
     pytester.makepyfile('import compatshim\ndef test_stage():\n    assert compatshim.status().stage == "microbatch"\n')
     assert pytester.runpytest('--compatshim', '-p', 'no:cacheprovider').ret == 0
     assert pytester.runpytest('--compatshim=batch', '-p', 'no:cacheprovider').ret == 1  # an explicit stage wins
+
+
+@NEEDS_PATCH
+def test_the_enabled_fixture_leaves_the_shim_as_it_found_it(pytester: pytest.Pytester) -> None:
+    """``compatshim_enabled`` in a run where the shim was already on (a conftest, ``compatshim run``): on for the test,
+    and for the tests after it as it was (it used to be switched off)."""
+    pytester.makepyfile(
+        test_user="""
+        import compatshim
+
+        def test_on_before():
+            compatshim.enable(stage='microbatch')
+
+        def test_fixture(compatshim_enabled):
+            assert compatshim_enabled.verdict.value == 'patched'
+
+        def test_after():
+            assert compatshim.status().stage == 'microbatch'
+        """
+    )
+    try:
+        pytester.runpytest_inprocess('-p', 'no:cacheprovider').assert_outcomes(passed=3)
+    finally:
+        compatshim.disable()
