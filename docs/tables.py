@@ -57,7 +57,8 @@ def cli_reference() -> str:
                 continue
             flag = ', '.join(f'`{o}`' for o in action.option_strings) or f'`{action.metavar or action.dest}`'
             if action.choices and action.option_strings:
-                flag += ' ' + '\\|'.join(str(c) for c in action.choices)
+                choices = '\\|'.join(str(c) for c in action.choices)
+                flag += f'[={choices}]' if action.nargs == '?' else f' {choices}'
             elif action.metavar and action.option_strings:
                 flag += f' {action.metavar}'
             default = '' if action.default in (None, False, argparse.SUPPRESS) else f'`{action.default}`'
