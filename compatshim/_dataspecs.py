@@ -75,8 +75,9 @@ class Slot:
 @dataclasses.dataclass(eq=False)
 class Note:
     """One DataSpec: how messages name it, and its slots (by argument name). It travels with its DataSpec: a deep copy
-    gets a copy (the slots then name the copy's holders); a pickle keeps the shim's note (the DataSpec holds the
-    shim's hooks anyway) and drops a watch's (unpickling a DataSpec never needs compatshim because it was watched)."""
+    gets a copy (the slots then name the copy's holders); a pickle keeps it where the shim placed a transform (the
+    DataSpec holds the shim's hooks anyway) and drops it elsewhere (unpickling a DataSpec never needs compatshim
+    because compatshim noted it)."""
 
     spec_name: str
     slots: dict[str, Slot]
@@ -87,7 +88,8 @@ class Note:
         return Note(self.spec_name, copy.deepcopy(self.slots, memo), self.by_shim)
 
     def __reduce__(self) -> Any:
-        return (Note, (self.spec_name, self.slots, True)) if self.by_shim else (type(None), ())
+        placed = any(slot.fate is Fate.PLACED for slot in self.slots.values())
+        return (Note, (self.spec_name, self.slots, True)) if placed else (type(None), ())
 
 
 #: The attribute a noted DataSpec keeps its note in: the note lives and dies with its DataSpec. (A note holds its
@@ -161,9 +163,20 @@ def over(spec: Any, loader: Any) -> bool:
 
 
 def noted(spec: Any) -> Optional[Note]:
-    """``spec``'s note (``None``: it was never noted)."""
+    """``spec``'s note (``None``: it was never noted). A shallow copy shares its original's note, whose slots name the
+    original where Composer keeps a transform: the copy gets the same slots on itself."""
     found = vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
-    return found if isinstance(found, Note) else None
+    if not isinstance(found, Note):
+        return None
+
+    def own(holder: Any) -> Any:
+        return spec if isinstance(holder, type(spec)) else holder
+
+    if all(own(holder) is holder for slot in found.slots.values() for holder, _ in slot.places):
+        return found
+    slots = {name: dataclasses.replace(slot, places=tuple((own(h), a) for h, a in slot.places))
+             for name, slot in found.slots.items()}  # fmt: skip
+    return Note(found.spec_name, slots, found.by_shim)
 
 
 def find(loader: Any) -> Optional[tuple[Any, Note]]:

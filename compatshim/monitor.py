@@ -99,7 +99,7 @@ class TransformMonitor(Callback):
     ``compatshim run --monitor`` attaches one to every Trainer of the run, with nothing to edit.
     """
 
-    #: Print each summary line to stderr where the ``compatshim.monitor`` logger is not at INFO: the monitors that
+    #: Print each summary line to stderr unless the ``compatshim.monitor`` logger is at INFO with a handler: those that
     #: :func:`attach_to_every_trainer` adds (``compatshim run --monitor``), which no script configured.
     _echo = False
 
@@ -137,6 +137,7 @@ class TransformMonitor(Callback):
         logger.log_hyperparameters(run_record(strict=self.strict))
 
     def fit_start(self, state: State, logger: Logger) -> None:
+        self._running.pop('train', None)  # a loop that raised never reached its end event
         self._watch(state, 'train')  # a dropped transform is known now, before the first batch
 
     def before_dataloader(self, state: State, logger: Logger) -> None:
@@ -155,6 +156,7 @@ class TransformMonitor(Callback):
         self._loop_end('train', logger)
 
     def eval_start(self, state: State, logger: Logger) -> None:
+        self._running.pop(_label(state), None)
         self._begin(state, _label(state))
 
     def eval_batch_start(self, state: State, logger: Logger) -> None:
@@ -171,6 +173,7 @@ class TransformMonitor(Callback):
         self._loop_end(_label(state), logger)
 
     def predict_start(self, state: State, logger: Logger) -> None:
+        self._running.pop('predict', None)
         self._begin(state, 'predict')
 
     def predict_batch_start(self, state: State, logger: Logger) -> None:
@@ -218,8 +221,9 @@ class TransformMonitor(Callback):
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
-        if label in self._running:
-            return self._running[label]
+        cached = self._running.get(label)
+        if label in self._running and (cached is None or _dataspecs.over(cached.spec, state.dataloader)):
+            return cached
         self._running[label] = watched = self._watch_found(self._find(state, label), label)
         return watched
 

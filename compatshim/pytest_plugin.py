@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ):  # a path after a bare flag reads as its stage: pytest --compatshim tests/
         raise pytest.UsageError(
             f'--compatshim took {stage!r} for its stage; write --compatshim=batch or --compatshim=microbatch, or put a '
-            'bare --compatshim after the test paths'
+            'bare --compatshim after the test paths (in addopts: --compatshim=batch)'
         )
     import compatshim
 

@@ -341,7 +341,7 @@ def run(
         try:
             size = Size(**known(Size, baseline.fingerprint['size']))
             size_of(size.name, size.steps, size.rounds)  # the checks of a size asked for
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(
                 f'{store.path(str(compare_to)).as_posix()} cannot be used: its size is not one ({first_line(exc)}); '
                 f'save it again with --save {compare_to}'

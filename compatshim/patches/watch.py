@@ -2,7 +2,8 @@
 
 After Composer (and the shim, if it is on) built the DataSpec, it notes which transforms the DataSpec was given and
 where Composer keeps each (:func:`compatshim._dataspecs.composer_slots`), so that the monitor can tell a transform
-never called from one never given; it changes no argument and no attribute. Its patch set (:data:`WATCH`) is its
+never called from one never given; it changes no argument and no attribute of Composer's (the note is one attribute of
+its own on the DataSpec, ``_compatshim_note``, so that it lives and dies with it). Its patch set (:data:`WATCH`) is its
 own, as an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that
 the shim is off) and ``compatshim.status()`` does not list it.
 """

@@ -11,6 +11,7 @@ Then the places a run goes: ``'auto'`` microbatching with out-of-memory retries,
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,6 +114,7 @@ def test_metrics_in_train_two_evaluators_and_predict(leg: str) -> None:
         assert _logged(logger, f'data/{summary.label}/steps') == [steps[summary.label]]
 
 
+@pytest.mark.python
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
     """Train, evaluators and predict over one DataLoader object, each loop with its own DataSpec: each is judged by the
@@ -145,11 +147,12 @@ def test_dataspecs_over_one_dataloader_are_told_apart(leg: str) -> None:
     assert where == [(label, 'device', 2) for label in labels], where
 
 
+@pytest.mark.python
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_a_copied_or_unpickled_dataspec_is_seen_as_the_original(leg: str) -> None:
-    """DataSpecs deep-copy and pickle with their transforms (docs/stages.md): the monitor sees a copy's as it sees the
-    original's. (A watch's note is dropped from a pickle, so that unpickling never needs compatshim: pickles are checked
-    where the shim converts the DataSpec.)"""
+    """DataSpecs copy (deep and shallow) and pickle with their transforms (docs/stages.md): the monitor sees a copy's as
+    it sees the original's. (A note the shim did not place is dropped from a pickle, so that unpickling never needs
+    compatshim: pickles are checked where the shim converts the DataSpec.)"""
     import copy
     import pickle
 
@@ -159,7 +162,8 @@ def test_a_copied_or_unpickled_dataspec_is_seen_as_the_original(leg: str) -> Non
 
     watch()  # as importing the monitor does
     built = DataSpec(loader(16), device_transforms=Probe())
-    copies = [copy.deepcopy(built)] + ([pickle.loads(pickle.dumps(built))] if compatshim.status().patches else [])
+    copies = [copy.deepcopy(built), copy.copy(built)]
+    copies += [pickle.loads(pickle.dumps(built))] if compatshim.status().patches else []
     for spec in copies:
         monitor = TransformMonitor()
         with warnings.catch_warnings(record=True) as caught:
@@ -167,6 +171,52 @@ def test_a_copied_or_unpickled_dataspec_is_seen_as_the_original(leg: str) -> Non
             trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor])[0].fit()
         assert [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)] == []
         assert monitor.summaries[0].transforms['device_transforms'].where == 'device'
+
+
+def test_a_pickled_dataspec_needs_compatshim_only_where_the_shim_placed_a_transform(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A note travels in a pickle only with the shim's hooks: a DataSpec the watch or the shim merely noted unpickles
+    where compatshim is not installed."""
+    import pickle
+
+    from composer.core import DataSpec
+
+    from compatshim.monitor import watch
+
+    watch()
+    given = {} if FAMILY is Family.REJECTED else {'device_transforms': Probe()}
+    pickles = [pickle.dumps(DataSpec(loader(8), **given))]  # noted by the watch
+    with compatshim.enabled() if IS_AFFECTED else contextlib.nullcontext():
+        pickles.append(pickle.dumps(DataSpec(loader(8))))  # noted by the shim, which placed nothing
+    for name in [name for name in sys.modules if name == 'compatshim' or name.startswith('compatshim.')]:
+        monkeypatch.setitem(sys.modules, name, None)  # as where compatshim is not installed
+    for found in map(pickle.loads, pickles):
+        assert vars(found)['_compatshim_note'] is None
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_fit_that_raised_leaves_no_dataspec_behind(leg: str) -> None:
+    """A loop that raises never reaches its end event: the next fit, over a new DataSpec, is judged by that one."""
+    from composer import Callback
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    class Boom(Callback):  # type: ignore[misc]
+        def batch_end(self, state: Any, logger: Any) -> None:
+            if int(state.timestamp.batch) == 1:
+                raise RuntimeError('boom')
+
+    monitor = TransformMonitor()
+    t, _ = trainer(
+        make_device(), train_dataloader=DataSpec(loader(16), device_transforms=Probe()), callbacks=[monitor, Boom()]
+    )
+    with pytest.raises(RuntimeError, match='boom'):
+        t.fit(duration='2ba')
+    t.fit(train_dataloader=DataSpec(loader(16), device_transforms=Probe()), duration='3ba')
+    seen = monitor.summaries[-1].transforms['device_transforms']
+    assert (seen.where, seen.calls_per_step) == ('device', 1), monitor.summaries[-1].line
 
 
 def test_a_noted_dataspec_lives_no_longer_than_its_users_hold_it() -> None:
