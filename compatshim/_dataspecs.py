@@ -181,8 +181,9 @@ def noted(spec: Any) -> Optional[Note]:
 
 def find(loader: Any) -> Optional[tuple[Any, Note]]:
     """The DataSpec last noted over ``loader`` and its note, or ``None`` if none was noted (or it is gone)."""
-    for ref in reversed([ref for ref in _OVER.get(id(loader), []) if over(ref(), loader)]):
-        spec, found = ref(), noted(ref())
+    for ref in reversed(_OVER.get(id(loader), [])):
+        spec = ref()
+        found = noted(spec) if over(spec, loader) else None
         if found is not None:
             return spec, found
     return None

@@ -120,7 +120,7 @@ class TransformMonitor(Callback):
         self._reading: Optional[_Watched] = None  # the DataSpec the open step reads
         self._warned: set[int] = set()
         self._blind: set[str] = set()
-        self._running: dict[str, Optional[_Watched]] = {}  # by label, while its loop runs
+        self._current: dict[str, Optional[_Watched]] = {}  # by label, while its loop runs
 
     @property
     def _clock(self) -> Any:
@@ -137,7 +137,7 @@ class TransformMonitor(Callback):
         logger.log_hyperparameters(run_record(strict=self.strict))
 
     def fit_start(self, state: State, logger: Logger) -> None:
-        self._running.pop('train', None)  # a loop that raised never reached its end event
+        self._current.pop('train', None)  # a loop that raised never reached its end event
         self._watch(state, 'train')  # a dropped transform is known now, before the first batch
 
     def before_dataloader(self, state: State, logger: Logger) -> None:
@@ -156,7 +156,7 @@ class TransformMonitor(Callback):
         self._loop_end('train', logger)
 
     def eval_start(self, state: State, logger: Logger) -> None:
-        self._running.pop(_label(state), None)
+        self._current.pop(_label(state), None)
         self._begin(state, _label(state))
 
     def eval_batch_start(self, state: State, logger: Logger) -> None:
@@ -173,7 +173,7 @@ class TransformMonitor(Callback):
         self._loop_end(_label(state), logger)
 
     def predict_start(self, state: State, logger: Logger) -> None:
-        self._running.pop('predict', None)
+        self._current.pop('predict', None)
         self._begin(state, 'predict')
 
     def predict_batch_start(self, state: State, logger: Logger) -> None:
@@ -221,10 +221,10 @@ class TransformMonitor(Callback):
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
-        cached = self._running.get(label)
-        if label in self._running and (cached is None or _dataspecs.over(cached.spec, state.dataloader)):
+        cached = self._current.get(label)
+        if label in self._current and (cached is None or _dataspecs.over(cached.spec, state.dataloader)):
             return cached
-        self._running[label] = watched = self._watch_found(self._find(state, label), label)
+        self._current[label] = watched = self._watch_found(self._find(state, label), label)
         return watched
 
     def _watch_found(self, found: Optional[tuple[Any, Note]], label: str) -> Optional[_Watched]:
@@ -277,7 +277,7 @@ class TransformMonitor(Callback):
             logger.log_metrics({f'data/{timed.label}/{timed.name}/time_ms': timed.ms}, step=timed.step)
 
     def _loop_end(self, label: str, logger: Logger) -> None:
-        self._running.pop(label, None)
+        self._current.pop(label, None)
         self._steps.drop()
         self._reading = None
         self._read_late(logger, final=True)

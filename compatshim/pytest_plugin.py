@@ -47,10 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_ENABLED_BY_SESSION] = False
     if stage is None:
         return
-    if stage not in (
-        *STAGES,
-        _DEFAULT_STAGE,
-    ):  # a path after a bare flag reads as its stage: pytest --compatshim tests/
+    # A path after a bare flag reads as its stage: pytest --compatshim tests/
+    if stage not in (*STAGES, _DEFAULT_STAGE):
         raise pytest.UsageError(
             f'--compatshim took {stage!r} for its stage; write --compatshim=batch or --compatshim=microbatch, or put a '
             'bare --compatshim after the test paths (in addopts: --compatshim=batch)'
