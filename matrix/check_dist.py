@@ -7,7 +7,8 @@
 
 Fails (exit 1, naming each problem) unless:
 
-* ``twine check --strict`` passes (the long description renders; with ``--build``);
+* ``twine check --strict`` passes (the long description renders; with ``--build``), and the build prints no
+  deprecation;
 * there is exactly one wheel and one sdist, both of the version in ``compatshim/_version.py`` (the single source),
   which is the newest release in ``CHANGELOG.md``;
 * the metadata names the project's URLs (Documentation, Source, Issues, Changelog);
@@ -15,6 +16,8 @@ Fails (exit 1, naming each problem) unless:
   build directory), ``py.typed``, the ``compatshim`` console script and the ``pytest11`` entry point — no tests, no
   baselines, no reports, no ``matrix/``;
 * its metadata requires ``packaging`` only, with matplotlib only under the ``bench`` extra;
+* the license is PEP 639's: ``License-Expression: Apache-2.0`` (no ``License:`` field, no ``License ::``
+  classifier), LICENSE in the wheel's ``.dist-info/licenses/`` and at the top of the sdist;
 * ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
   package index);
 * with ``--tag``: the tag is ``v`` and that version, and CHANGELOG.md has a section for it.
@@ -35,6 +38,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The license, as an SPDX expression (PEP 639); its text is LICENSE, in the sdist and in the wheel's .dist-info.
+LICENSE_EXPRESSION = 'Apache-2.0'
 
 
 def _changelog_version() -> str:
@@ -99,6 +104,15 @@ def check(dist: Path) -> list[str]:
             problems.append(f'the wheel holds {name} (tests, baselines and reports stay in the repository)')
     if 'compatshim/py.typed' not in names:
         problems.append('the wheel has no compatshim/py.typed')
+    if not any(n.endswith('.dist-info/licenses/LICENSE') for n in names):
+        problems.append('the wheel has no LICENSE in its .dist-info/licenses/ (PEP 639 license-files)')
+    if metadata['License-Expression'] != LICENSE_EXPRESSION:
+        problems.append(f'metadata License-Expression is {metadata["License-Expression"]!r}, not {LICENSE_EXPRESSION}')
+    legacy = [c for c in metadata.get_all('Classifier') or [] if c.startswith('License ::')]
+    if metadata['License']:
+        problems.append(f'the metadata has a License: field ({metadata["License"]!r}); PEP 639 has License-Expression')
+    if legacy:
+        problems.append(f'License :: classifiers beside License-Expression (PEP 639 forbids them): {legacy}')
     if metadata['Version'] != version:
         problems.append(f'metadata Version {metadata["Version"]} != compatshim.__version__ {version}')
     released = _changelog_version()
@@ -119,9 +133,9 @@ def check(dist: Path) -> list[str]:
         if needed not in entry_points:
             problems.append(f'entry point missing: {needed!r}')
     with tarfile.open(sdist) as tf:
-        members = tf.getnames()
-    for needed in ('pyproject.toml', 'README.md', 'compatshim/__init__.py', 'compatshim/py.typed'):
-        if not any(m.endswith('/' + needed) for m in members):
+        members = {m.partition('/')[2] for m in tf.getnames()}  # below the sdist's top directory
+    for needed in ('pyproject.toml', 'README.md', 'LICENSE', 'compatshim/__init__.py', 'compatshim/py.typed'):
+        if needed not in members:
             problems.append(f'the sdist lacks {needed}')
     lean = _would_install(str(wheel))
     full = _would_install(f'compatshim[bench] @ {wheel.resolve().as_uri()}')
@@ -134,14 +148,27 @@ def check(dist: Path) -> list[str]:
 
 
 def _build(out: Path) -> list[str]:
-    """Build the sdist and the wheel (from the sdist, as pip would) into ``out``; run twine's metadata check."""
-    subprocess.run([sys.executable, '-m', 'build', '--quiet', '--outdir', str(out), str(ROOT)], check=True)
+    """Build the sdist and the wheel (from the sdist, as pip would) into ``out``; run twine's metadata check. A
+    deprecation the build backend prints (a configuration it will stop reading) is a problem too."""
+    build = subprocess.run(
+        [sys.executable, '-m', 'build', '--outdir', str(out), str(ROOT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    if build.returncode != 0:
+        print(build.stdout, file=sys.stderr)
+        return [f'python -m build exited {build.returncode}']
+    printed = dict.fromkeys(line.strip() for line in build.stdout.splitlines() if 'deprecat' in line.lower())
+    problems = [f'the build printed a deprecation: {line}' for line in printed]
     twine = subprocess.run(
         [sys.executable, '-m', 'twine', 'check', '--strict', *map(str, sorted(out.iterdir()))],
         capture_output=True,
         text=True,
     )
-    return [] if twine.returncode == 0 else [f'twine check --strict failed:\n{twine.stdout}{twine.stderr}']
+    if twine.returncode != 0:
+        problems.append(f'twine check --strict failed:\n{twine.stdout}{twine.stderr}')
+    return problems
 
 
 def release_notes(version: str) -> str:
