@@ -18,6 +18,10 @@ Fails (exit 1, naming each problem) unless:
 * its metadata requires ``packaging`` only, with matplotlib only under the ``bench`` extra;
 * the license is PEP 639's: ``License-Expression: Apache-2.0`` (no ``License:`` field, no ``License ::``
   classifier), LICENSE in the wheel's ``.dist-info/licenses/`` and at the top of the sdist;
+* the metadata names an Author, ``Requires-Python: >=3.9``, one Development Status, a classifier for each tested
+  Python (``PYTHONS``) and no other, and ``CLASSIFIERS`` (Framework :: Pytest, Typing :: Typed, ...);
+* the sdist holds, for packagers, LICENSE, CHANGELOG.md and every file of ``tests/`` (its data included) and of what
+  the tests read (``matrix/``, ``docs/``, ``.github/``, tox.ini, ...), so that the tests run from it;
 * ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
   package index);
 * with ``--tag``: the tag is ``v`` and that version, and CHANGELOG.md has a section for it.
@@ -40,6 +44,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: The license, as an SPDX expression (PEP 639); its text is LICENSE, in the sdist and in the wheel's .dist-info.
 LICENSE_EXPRESSION = 'Apache-2.0'
+#: The Pythons of the support table (tox.ini's matrix; tests/unit/test_check_dist.py holds the two together): each has
+#: its classifier, and no other Python has one.
+PYTHONS = ('3.9', '3.10', '3.11', '3.12', '3.13')
+#: Classifiers the metadata must have, beside one ``Development Status`` and the Pythons'.
+CLASSIFIERS = (
+    'Framework :: Pytest',  # the pytest11 entry point
+    'Typing :: Typed',  # py.typed
+    'Intended Audience :: Developers',
+    'Operating System :: OS Independent',
+    'Topic :: Scientific/Engineering :: Artificial Intelligence',
+)
+#: What the sdist holds beside the package, for packagers (MANIFEST.in): the license, the changelog, and the tests
+#: with every file they read, so that they run from it.
+SDIST_FILES = (
+    'pyproject.toml',
+    'README.md',
+    'LICENSE',
+    'CHANGELOG.md',
+    'CONTRIBUTING.md',
+    'tox.ini',
+    'mkdocs.yml',
+    'compatshim/__init__.py',
+    'compatshim/py.typed',
+)
+#: Folders whose every file (bytecode aside) the sdist holds: the tests with their data, and what they read.
+SDIST_TREES = ('tests', 'matrix', 'docs', '.github')
 
 
 def _changelog_version() -> str:
@@ -79,6 +109,27 @@ def _would_install(requirement: str) -> set[str]:
         return {item['metadata']['name'].lower() for item in json.loads(report.read_text())['install']}
 
 
+def _classifier_problems(classifiers: list[str]) -> list[str]:
+    problems = [f'the metadata lacks the classifier {c!r}' for c in CLASSIFIERS if c not in classifiers]
+    if sum(c.startswith('Development Status :: ') for c in classifiers) != 1:
+        problems.append('the metadata needs one Development Status classifier')
+    minors = [
+        c.rsplit(' :: ', 1)[1] for c in classifiers if re.fullmatch(r'Programming Language :: Python :: 3\.\d+', c)
+    ]
+    if sorted(minors, key=lambda v: int(v.split('.')[1])) != list(PYTHONS):
+        problems.append(f'the Python classifiers name {minors}, the tested Pythons are {list(PYTHONS)}')
+    return problems
+
+
+def _tree_files(tree: str) -> set[str]:
+    """Every file of this checkout's folder ``tree`` (no bytecode), as the sdist names it."""
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / tree).rglob('*')
+        if path.is_file() and '__pycache__' not in path.parts and path.suffix not in ('.pyc', '.pyo')
+    }
+
+
 def check(dist: Path) -> list[str]:
     problems: list[str] = []
     version = _version()
@@ -108,7 +159,13 @@ def check(dist: Path) -> list[str]:
         problems.append('the wheel has no LICENSE in its .dist-info/licenses/ (PEP 639 license-files)')
     if metadata['License-Expression'] != LICENSE_EXPRESSION:
         problems.append(f'metadata License-Expression is {metadata["License-Expression"]!r}, not {LICENSE_EXPRESSION}')
-    legacy = [c for c in metadata.get_all('Classifier') or [] if c.startswith('License ::')]
+    classifiers = metadata.get_all('Classifier') or []
+    problems += _classifier_problems(classifiers)
+    if not metadata['Author']:
+        problems.append('the metadata names no Author')
+    if metadata['Requires-Python'] != f'>={PYTHONS[0]}':
+        problems.append(f'Requires-Python is {metadata["Requires-Python"]!r}, not >={PYTHONS[0]} (the oldest tested)')
+    legacy = [c for c in classifiers if c.startswith('License ::')]
     if metadata['License']:
         problems.append(f'the metadata has a License: field ({metadata["License"]!r}); PEP 639 has License-Expression')
     if legacy:
@@ -134,9 +191,13 @@ def check(dist: Path) -> list[str]:
             problems.append(f'entry point missing: {needed!r}')
     with tarfile.open(sdist) as tf:
         members = {m.partition('/')[2] for m in tf.getnames()}  # below the sdist's top directory
-    for needed in ('pyproject.toml', 'README.md', 'LICENSE', 'compatshim/__init__.py', 'compatshim/py.typed'):
+    for needed in SDIST_FILES:
         if needed not in members:
             problems.append(f'the sdist lacks {needed}')
+    for tree in SDIST_TREES:
+        lacking = sorted(_tree_files(tree) - members)
+        if lacking:
+            problems.append(f'the sdist lacks {len(lacking)} files of {tree}/ (the tests run from it): {lacking[:3]}')
     lean = _would_install(str(wheel))
     full = _would_install(f'compatshim[bench] @ {wheel.resolve().as_uri()}')
     if 'matplotlib' in lean:
