@@ -24,13 +24,15 @@ Fails (exit 1, naming each problem) unless:
   the tests read (``matrix/``, ``docs/``, ``.github/``, tox.ini, ...), so that the tests run from it;
 * ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
   package index);
-* with ``--tag``: the tag is ``v`` and that version, and CHANGELOG.md has a section for it.
+* with ``--tag`` (checked first; nothing is built when it fails): the tag is ``v`` and that version, CHANGELOG.md has
+  a dated section with entries for it (``## [X.Y.Z] - YYYY-MM-DD``), and nothing is left under ``## [Unreleased]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import email
 import json
 import re
@@ -232,6 +234,9 @@ def _build(out: Path) -> list[str]:
     return problems
 
 
+_LINK = re.compile(r'\[[^\]]+\]: ')  # a link definition of the changelog's, not an entry
+
+
 def release_notes(version: str) -> str:
     """CHANGELOG.md's section of ``version``: the lines under ``## [version]`` up to the next ``## `` heading."""
     lines, inside = [], False
@@ -241,22 +246,51 @@ def release_notes(version: str) -> str:
                 break
             inside = line.startswith(f'## [{version}]')
             continue
-        if inside and not re.match(r'\[[^\]]+\]: ', line):  # a link definition of the changelog's, not the notes'
+        if inside and not _LINK.match(line):  # a link definition of the changelog's, not the notes'
             lines.append(line)
     if not inside and not lines:
         raise SystemExit(f'CHANGELOG.md has no section "## [{version}]"')
     return '\n'.join(lines).strip() + '\n'
 
 
+def changelog_problems(text: str, version: str) -> list[str]:
+    """What keeps the changelog ``text`` from being tagged ``v{version}``, one line each: entries still under
+    ``## [Unreleased]`` (any line but a blank one or a link definition before the next ``## [`` heading), and a
+    section of ``version`` that is missing, undated (``## [X.Y.Z] - YYYY-MM-DD``) or empty."""
+    problems: list[str] = []
+    sections: dict[str, tuple[str, list[str]]] = {}  # the bracketed name: (its heading, its lines)
+    current: list[str] = []  # the lines above the first ``## [`` heading belong to none
+    for line in text.splitlines():
+        if line.startswith('## ['):
+            current = []
+            sections.setdefault(line[4:].split(']')[0], (line.rstrip(), current))
+        elif line.strip() and not _LINK.match(line):
+            current.append(line)
+    unreleased = sections.get('Unreleased', ('', []))[1]
+    if unreleased:
+        lines = f'{len(unreleased)} line' + 's' * (len(unreleased) != 1)
+        problems.append(
+            f'CHANGELOG.md: "## [Unreleased]" still has entries ({lines}); '
+            f'move them into "## [{version}] - YYYY-MM-DD" before tagging v{version}'
+        )
+    if version not in sections:
+        return [*problems, f'CHANGELOG.md has no section "## [{version}] - YYYY-MM-DD" for the tag v{version}']
+    heading, entries = sections[version]
+    dated = re.fullmatch(rf'## \[{re.escape(version)}\] - (\d{{4}}-\d\d-\d\d)', heading)
+    try:
+        datetime.date.fromisoformat(dated.group(1) if dated else '')
+    except ValueError:
+        problems.append(f'CHANGELOG.md: "{heading}" is not dated; write it "## [{version}] - YYYY-MM-DD"')
+    if not entries:
+        problems.append(f'CHANGELOG.md: "{heading}" has no entries')
+    return problems
+
+
 def _tag_problems(tag: str) -> list[str]:
     version = _version()
     if tag != f'v{version}':
         return [f'the tag {tag} is not v{version} (compatshim.__version__)']
-    try:
-        release_notes(version)
-    except SystemExit as exc:
-        return [str(exc)]
-    return []
+    return changelog_problems((ROOT / 'CHANGELOG.md').read_text(), version)
 
 
 def main(argv: list[str]) -> int:
@@ -273,6 +307,11 @@ def main(argv: list[str]) -> int:
     if bool(args.build) == bool(args.dist) or (args.out and not args.build):
         parser.error('give --build [--out DIR] or DIST_DIR')
     problems = _tag_problems(args.tag) if args.tag else []
+    if problems:  # a tag that cannot be released: nothing is built
+        for problem in problems:
+            print(f'check_dist: {problem}', file=sys.stderr)
+        print('check_dist: FAILED (the tag)')
+        return 1
     if args.build:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(args.out or tmp)

@@ -58,3 +58,85 @@ def test_the_keywords_and_authors() -> None:
     keywords = _project_list('keywords')
     assert {'composer', 'mosaicml', 'pytorch', 'device_transforms', 'monkeypatch', 'benchmark'} <= set(keywords)
     assert 'authors = [{ name = "The compatshim authors" }]' in (ROOT / 'pyproject.toml').read_text()
+
+
+CHANGELOG = (ROOT / 'CHANGELOG.md').read_text()
+#: A changelog as short as the rules need: the version policy above the releases, an empty Unreleased, one release.
+SHORT = """# Changelog
+
+## Versions
+
+- **patch** (0.1.x): fixes only.
+
+## [Unreleased]
+
+## [0.2.0rc1] - 2026-12-10
+
+### Fixed
+
+- a fix
+
+[Unreleased]: https://github.com/compatshim/compatshim/compare/v0.2.0rc1...HEAD
+[0.2.0rc1]: https://github.com/compatshim/compatshim/releases/tag/v0.2.0rc1
+"""
+
+
+def test_the_changelog_as_committed_can_be_tagged() -> None:
+    from compatshim import __version__
+
+    assert check_dist.changelog_problems(CHANGELOG, __version__) == []
+    assert check_dist.changelog_problems(SHORT, '0.2.0rc1') == [], 'a pre-release has its own dated section'
+
+
+def test_entries_left_under_unreleased_refuse_the_tag() -> None:
+    """The changelog as it was before 0.1.0 was folded: its entries under Unreleased, above a dated 0.1.0."""
+    before = CHANGELOG.replace('## [Unreleased]\n', '## [Unreleased]\n\n### Added\n\n- a thing\n  on two lines\n', 1)
+    assert before != CHANGELOG
+    assert check_dist.changelog_problems(before, '0.1.0') == [
+        'CHANGELOG.md: "## [Unreleased]" still has entries (3 lines); move them into "## [0.1.0] - YYYY-MM-DD" '
+        'before tagging v0.1.0'
+    ]
+    only_a_heading = SHORT.replace('## [Unreleased]\n', '## [Unreleased]\n\n### Added\n', 1)
+    assert len(check_dist.changelog_problems(only_a_heading, '0.2.0rc1')) == 1
+
+
+@pytest.mark.parametrize(
+    ('heading', 'expected'),
+    [
+        ('## [0.2.0rc1]', '"## [0.2.0rc1]" is not dated; write it "## [0.2.0rc1] - YYYY-MM-DD"'),
+        ('## [0.2.0rc1] - TBD', '"## [0.2.0rc1] - TBD" is not dated'),
+        ('## [0.2.0rc1] - 2026-13-40', '"## [0.2.0rc1] - 2026-13-40" is not dated'),
+        ('## [0.2.0rc1] 2026-12-10', '"## [0.2.0rc1] 2026-12-10" is not dated'),
+        ('## [0.2.0] - 2026-12-10', 'no section "## [0.2.0rc1] - YYYY-MM-DD" for the tag v0.2.0rc1'),
+    ],
+    ids=['undated', 'tbd', 'no-such-day', 'no-dash', 'missing'],
+)
+def test_a_section_missing_or_undated_refuses_the_tag(heading: str, expected: str) -> None:
+    planted = SHORT.replace('## [0.2.0rc1] - 2026-12-10', heading, 1)
+    problems = check_dist.changelog_problems(planted, '0.2.0rc1')
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_an_empty_section_refuses_the_tag() -> None:
+    empty = SHORT.replace('### Fixed\n\n- a fix\n', '', 1)
+    assert check_dist.changelog_problems(empty, '0.2.0rc1') == [
+        'CHANGELOG.md: "## [0.2.0rc1] - 2026-12-10" has no entries'
+    ]
+
+
+def test_a_tag_that_cannot_be_released_stops_before_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--build --tag`` as the release workflow runs it: exit 1, one line naming the problem, nothing built."""
+    (tmp_path / 'compatshim').mkdir()
+    (tmp_path / 'compatshim' / '_version.py').write_text("__version__ = '0.2.0rc1'\n")
+    (tmp_path / 'CHANGELOG.md').write_text(SHORT.replace('## [Unreleased]\n', '## [Unreleased]\n\n- pending\n', 1))
+    monkeypatch.setattr(check_dist, 'ROOT', tmp_path)
+    monkeypatch.setattr(check_dist, '_build', lambda out: pytest.fail('built despite the tag'))
+    assert check_dist.main(['--build', '--out', str(tmp_path / 'dist'), '--tag', 'v0.2.0rc1']) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        'check_dist: CHANGELOG.md: "## [Unreleased]" still has entries (1 line); move them into '
+        '"## [0.2.0rc1] - YYYY-MM-DD" before tagging v0.2.0rc1'
+    ]
+    assert not (tmp_path / 'dist').exists()
