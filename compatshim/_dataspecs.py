@@ -28,6 +28,7 @@ __all__ = [
     'composer_slots',
     'find',
     'given_transforms',
+    'held_note',
     'held_slots',
     'note',
     'noted',
@@ -160,6 +161,11 @@ def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
 def over(spec: Any, loader: Any) -> bool:
     """Whether ``spec`` is a DataSpec (alive) over ``loader``."""
     return spec is not None and getattr(spec, 'dataloader', None) is loader
+
+
+def held_note(spec: Any) -> Any:
+    """The note object ``spec`` holds (``None``: none), as it is: a new one means its transforms were placed anew."""
+    return vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
 
 
 def noted(spec: Any) -> Optional[Note]:

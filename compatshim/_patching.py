@@ -147,7 +147,8 @@ class PatchSet:
             old.active = True
             self.live[key] = old
             return old
-        record = Patch(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name))
+        # An attribute the class lacks (0.27+ ``DataSpec.device_transforms``) is added, and deleted again on undo.
+        record = Patch(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name, _MISSING))
         record.replacement = make(record.original, record)
         self.live[key] = record
         setattr(owner, name, record.replacement)

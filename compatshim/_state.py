@@ -7,7 +7,7 @@ import dataclasses
 import threading
 from typing import Any, Optional
 
-from compatshim._patching import PatchSet
+from compatshim._patching import _MISSING, PatchSet
 from compatshim._stages import Stage
 from compatshim._support import Family
 
@@ -59,7 +59,11 @@ def is_patched(owner: type, name: str) -> bool:
 def get_original(owner: type, name: str) -> Any:
     """What ``owner.name`` resolved to before the shim patched it; the current attribute when it is not patched."""
     record = STATE.patches.get(owner, name)
-    return record.original if record is not None else getattr(owner, name)
+    if record is None:
+        return getattr(owner, name)
+    if record.original is _MISSING:
+        raise AttributeError(f'{owner.__qualname__} had no attribute {name!r} before compatshim added it')
+    return record.original
 
 
 def patched_targets() -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 batch alone: the batch-level hook (``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), once per batch,
 before the batch is split and moved; the microbatch-level hook (``microbatch_transforms``, 0.27+), after each
 microbatch is moved. :class:`BatchHook` and :class:`MicrobatchHook` wrap what Composer would have called (``native``)
-and add the user's ``device_transforms`` at the right stage; plain, picklable objects, no closures.
+and add the user's ``device_transforms`` at the right stage; plain, picklable objects, no closures. Their
+``transform`` is ``None`` once the user assigned ``spec.device_transforms = None``: then they call only ``native``.
 """
 
 from __future__ import annotations
@@ -70,11 +71,14 @@ def _name(transform: Transform) -> str:
 
 def _apply(hook: BatchHook | MicrobatchHook, batch: Batch, stage: str) -> Batch:
     """Call the user's transform (its exceptions propagate untouched) and check what it returned."""
-    result = hook.transform(batch)
+    transform = hook.transform
+    if transform is None:  # removed between the batch-level call that armed a microbatch and the move
+        return batch
+    result = transform(batch)
     problem = _structure_problem(batch, result)
     if problem is not None:
         raise TransformResultError(
-            f'compatshim: device_transforms {_name(hook.transform)!r} of {hook.spec_name} returned {problem} at stage '
+            f'compatshim: device_transforms {_name(transform)!r} of {hook.spec_name} returned {problem} at stage '
             f'{stage!r}. {RESULT_RULE}',
         )
     return result
@@ -109,19 +113,24 @@ class BatchHook:
 
     def __init__(
         self,
-        transform: Transform,
+        transform: Optional[Transform],
         stage: Optional[_stages.Stage],
         native: Optional[Transform],
         has_microbatch_hook: bool,
         spec_name: str = 'a DataSpec',
     ) -> None:
-        self.transform, self.stage, self.native, self.spec_name = transform, stage, native, spec_name
+        self.transform: Optional[Transform] = transform
+        self.stage, self.native, self.spec_name = stage, native, spec_name
+        #: The transform as the user gave or last assigned it (``transform`` is what is called: a monitor may wrap it).
+        self.given: Optional[Transform] = transform
         self.has_microbatch_hook = has_microbatch_hook
         self.warned = False  # the disabled-shim warning is given once per DataSpec
 
     def __call__(self, batch: Batch) -> Batch:
         if self.native is not None:
             batch = self.native(batch)
+        if self.transform is None:  # removed by ``spec.device_transforms = None``
+            return batch
         stage = _stage_of(self)
         if STATE.stage is None:
             _warn_inactive(self)
@@ -158,12 +167,17 @@ class MicrobatchHook:
     """
 
     def __init__(
-        self, transform: Transform, stage: Optional[_stages.Stage], native: Transform, spec_name: str = 'a DataSpec'
+        self,
+        transform: Optional[Transform],
+        stage: Optional[_stages.Stage],
+        native: Transform,
+        spec_name: str = 'a DataSpec',
     ) -> None:
-        self.transform, self.stage, self.native, self.spec_name = transform, stage, native, spec_name
+        self.transform: Optional[Transform] = transform
+        self.stage, self.native, self.spec_name = stage, native, spec_name
 
     def __call__(self, microbatch: Batch) -> Batch:
-        if STATE.stage is not None and _stage_of(self) == 'microbatch':
+        if self.transform is not None and STATE.stage is not None and _stage_of(self) == 'microbatch':
             microbatch = _apply(self, microbatch, 'microbatch')
         return self.native(microbatch)
 

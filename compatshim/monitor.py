@@ -50,6 +50,8 @@ class _Watched:
 
     def __init__(self, spec: Any, note: Note, tap: Callable[[Any], Any]) -> None:
         self.spec, self.spec_name = spec, note.spec_name
+        #: The note the DataSpec held when it was tapped: a new one (a transform assigned since) is tapped anew.
+        self.held_note = _dataspecs.held_note(spec)
         self.targets: list[Target] = []
         self._swaps: list[_patching.Swap] = []
         for slot in note.slots.values():
@@ -63,6 +65,10 @@ class _Watched:
         for done in reversed(self._swaps):
             done.undo()
         self._swaps.clear()
+
+    def is_current(self, spec: Any) -> bool:
+        """Whether this is ``spec`` as it was tapped (nothing assigned to its ``device_transforms`` since)."""
+        return self.spec is spec and self.held_note is _dataspecs.held_note(spec)
 
 
 def _label(state: State) -> str:
@@ -222,7 +228,9 @@ class TransformMonitor(Callback):
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
         cached = self._current.get(label)
-        if label in self._current and (cached is None or _dataspecs.over(cached.spec, state.dataloader)):
+        if label in self._current and (
+            cached is None or (_dataspecs.over(cached.spec, state.dataloader) and cached.is_current(cached.spec))
+        ):
             return cached
         self._current[label] = watched = self._watch_found(self._find(state, label), label)
         return watched
@@ -235,7 +243,9 @@ class TransformMonitor(Callback):
             return None
         spec, note = found
         watched = self._watched.get(id(spec))
-        if watched is None or watched.spec is not spec:
+        if watched is None or not watched.is_current(spec):
+            if watched is not None:
+                watched.remove()
             watched = self._watched[id(spec)] = _Watched(spec, note, self._steps.tap)
             slot = note.slots.get('device_transforms')
             if slot is not None and slot.fate is Fate.DROPPED:

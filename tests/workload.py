@@ -7,9 +7,11 @@ column 1 by the batch mean of column 1 (a batch statistic), column 2 holds the s
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Callable, Optional
 
 import torch
+from device import make_device
 from torch.utils.data import DataLoader, TensorDataset
 
 from compatshim.testing import placement
@@ -124,3 +126,45 @@ def any_batch_model(inputs: Any) -> Any:
             return outputs.pow(2).mean()
 
     return Model()
+
+
+#: The coherence workload: steps of BATCH samples over a dataset of N (tests/release/test_coherence.py).
+BATCH = 8
+N = 32
+
+
+def fit_probe(
+    microbatch: int | str,
+    recorder: Optional[Recorder] = None,
+    device: Any = None,
+    spec: Optional[Callable[[Probe], Any]] = None,
+) -> tuple[Probe, list[torch.Tensor]]:
+    """One epoch with a :class:`Probe` as the device transform; the probe and the model's inputs per step.
+
+    ``spec(probe)`` builds the train DataSpec (default: ``DataSpec(loader, device_transforms=probe)``).
+    """
+    from composer.core import DataSpec
+
+    probe = Probe()
+    data = spec(probe) if spec is not None else DataSpec(loader(N, BATCH), device_transforms=probe)
+    t, rec = trainer(
+        device or make_device(),
+        recorder=recorder,
+        train_dataloader=data,
+        max_duration='1ep',
+        device_train_microbatch_size=microbatch,
+    )
+    t.fit()
+    per_step = 1 if microbatch == 'auto' else math.ceil(BATCH / microbatch)
+    return probe, steps(rec, per_step) if microbatch != 'auto' else [x for _, x in rec.seen]
+
+
+def assert_coherent(probe: Probe, per_step_inputs: list[torch.Tensor]) -> None:
+    """One call per step, on the device, and every microbatch of a step a slice of that call's result (C1, C2, C4)."""
+    assert len(probe.calls) == N // BATCH, f'{len(probe.calls)} transform calls for {N // BATCH} steps'
+    assert {c.placement for c in probe.calls} == {'device'}, 'the transform did not run on the device'
+    for call, x in zip(probe.calls, per_step_inputs):
+        assert x.shape[0] == call.size == BATCH  # C4: one shape, the whole batch
+        assert torch.all(x[:, 0] == call.draw), 'C1: microbatches of one step carry different draws'
+        assert torch.unique(x[:, 1]).numel() == 1, 'C2: the batch statistic differs between microbatches'
+        assert [int(i) for i in x[:, 2]] == call.ids, 'microbatches are not slices of the transformed batch'

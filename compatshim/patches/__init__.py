@@ -7,4 +7,4 @@ from compatshim.patches import data_spec, trainer
 __all__ = ['TARGETS']
 
 #: Every attribute ``enable()`` patches, dotted (the doctor lists them).
-TARGETS: tuple[str, ...] = (data_spec.TARGET, *trainer.TARGETS)
+TARGETS: tuple[str, ...] = (data_spec.TARGET, data_spec.ATTRIBUTE_TARGET, *trainer.TARGETS)

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+import sys
+from collections.abc import Iterable
+from typing import Any, Callable, Optional
 
 from compatshim import _dataspecs, _patching, _stages
 from compatshim._dataspecs import Fate, Slot
+from compatshim._patching import _MISSING
 from compatshim._state import STATE
 from compatshim._support import Family
-from compatshim._transforms import BatchHook, MicrobatchHook
+from compatshim._transforms import BatchHook, MicrobatchHook, Transform
 
-__all__ = ['TARGET', 'given', 'instrument']
+__all__ = ['ATTRIBUTE_TARGET', 'TARGET', 'DeviceTransforms', 'given', 'instrument']
 
-#: What this module patches.
+#: What this module patches: the constructor, and the attribute 0.24.1 had (0.27+ have none; 0.25–0.26 an instance's).
 TARGET = 'composer.core.data_spec.DataSpec.__init__'
+ATTRIBUTE_TARGET = 'composer.core.data_spec.DataSpec.device_transforms'
 
 
 def _take_device_transforms(
@@ -74,27 +78,147 @@ def _make_init(original: Callable[..., None], record: _patching.Patch, family: F
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         record.original(self, *args, **kwargs)
+        if family is not Family.HOST:  # 0.24.1's __init__ sets the attribute: a value set before it is replaced
+            vars(self).pop('device_transforms', None)
+        if stage is not None:
+            vars(self)[STAGE_ATTRIBUTE] = stage
         native = given(signature, args, kwargs)
         if transform is None:
             _dataspecs.note(self, _dataspecs.composer_slots(self, native), by_shim=True)
-            return
-        name = _dataspecs.spec_name(self)
-        if family is Family.HOST:
-            hook = BatchHook(transform, stage, native=None, has_microbatch_hook=False, spec_name=name)
-            self.device_transforms = hook
-            _dataspecs.note(self, [Slot('device_transforms', Fate.PLACED, ((hook, 'transform'),), stage)], by_shim=True)
-            return
-        hook = BatchHook(transform, stage, native=self.batch_transforms, has_microbatch_hook=True, spec_name=name)
-        micro = MicrobatchHook(transform, stage, native=self.microbatch_transforms, spec_name=name)
-        self.batch_transforms, self.microbatch_transforms = hook, micro
-        slots = [Slot('device_transforms', Fate.PLACED, ((hook, 'transform'), (micro, 'transform')), stage)]
-        natives = (('batch_transforms', hook, 'batch'), ('microbatch_transforms', micro, 'microbatch'))
-        slots += [Slot(n, Fate.CALLED, ((holder, 'native'),), where) for n, holder, where in natives if n in native]
-        _dataspecs.note(self, slots, by_shim=True)
+        else:
+            _place(self, transform, family, native)
 
     return __init__
 
 
+#: Where a DataSpec keeps its own ``data_transfer_stage`` (a plain string), for a transform assigned later.
+STAGE_ATTRIBUTE = '_compatshim_stage'
+#: The identity methods Composer's DataSpec has (0.25–0.26, 0.27+): ``device_transforms``' default, as 0.24.1's.
+_DEFAULTS = ('_default_device_transforms', '_default_transforms')
+
+
+def _hooks(spec: Any, family: Family) -> tuple[Optional[BatchHook], Optional[MicrobatchHook]]:
+    """The shim's hooks on ``spec`` (``None`` where it has none)."""
+    held = vars(spec)
+    batch = held.get('device_transforms' if family is Family.HOST else 'batch_transforms')
+    micro = held.get('microbatch_transforms')
+    return (
+        batch if isinstance(batch, BatchHook) else None,
+        micro if isinstance(micro, MicrobatchHook) else None,
+    )
+
+
+def _is_default(spec: Any, value: Any) -> bool:
+    """Whether ``value`` is the DataSpec's own identity method (what Composer's ``__init__`` assigns on 0.25–0.26)."""
+    return getattr(value, '__self__', None) is spec and getattr(value, '__name__', None) in _DEFAULTS
+
+
+def _default(spec: Any) -> Any:
+    """The identity ``device_transforms`` reads as when none is set: the DataSpec's own no-op method, as on 0.24.1."""
+    for name in _DEFAULTS:
+        method = getattr(spec, name, None)
+        if method is not None:
+            return method
+    raise AttributeError(f"{type(spec).__name__!r} object has no attribute 'device_transforms'")
+
+
+def _place(spec: Any, transform: Optional[Transform], family: Family, native: Iterable[str]) -> None:
+    """Make ``transform`` the one the trainer runs at ``spec``'s stage (``None``: none), and note ``spec``.
+
+    The hooks are installed once, with the first transform, and updated after: what a monitor tapped in them stays
+    where it is tapped.
+    """
+    if family is not Family.HOST:  # the attribute 0.27+ lack, kept where it stays readable after disable()
+        if transform is None:
+            vars(spec).pop('device_transforms', None)
+        else:
+            vars(spec)['device_transforms'] = transform
+    batch, micro = _hooks(spec, family)
+    if batch is None and transform is None:
+        if family is Family.HOST:
+            vars(spec)['device_transforms'] = _default(spec)
+        return
+    if batch is None:
+        stage = vars(spec).get(STAGE_ATTRIBUTE)
+        name = _dataspecs.spec_name(spec)
+        if family is Family.HOST:
+            batch = BatchHook(transform, stage, native=None, has_microbatch_hook=False, spec_name=name)
+            vars(spec)['device_transforms'] = batch
+        else:
+            batch = BatchHook(transform, stage, native=spec.batch_transforms, has_microbatch_hook=True, spec_name=name)
+            micro = MicrobatchHook(transform, stage, native=spec.microbatch_transforms, spec_name=name)
+            spec.batch_transforms, spec.microbatch_transforms = batch, micro
+    batch.transform = batch.given = transform
+    if micro is not None:
+        micro.transform = transform
+    slots = []
+    if transform is not None:
+        places = ((batch, 'transform'),) + (() if micro is None else ((micro, 'transform'),))
+        slots.append(Slot('device_transforms', Fate.PLACED, places, batch.stage))
+    if micro is not None:
+        natives = (('batch_transforms', batch, 'batch'), ('microbatch_transforms', micro, 'microbatch'))
+        slots += [Slot(n, Fate.CALLED, ((holder, 'native'),), where) for n, holder, where in natives if n in native]
+    _dataspecs.note(spec, slots, by_shim=True)
+
+
+def _natives_given(spec: Any) -> set[str]:
+    """The native transforms (0.27+) ``spec`` was given, as its note (else what it visibly holds) says."""
+    found = _dataspecs.noted(spec)
+    slots = found.slots.values() if found is not None else _dataspecs.held_slots(spec)
+    return {slot.name for slot in slots} - {'device_transforms'}
+
+
+def _initialised(spec: Any, family: Family) -> bool:
+    """Whether Composer's ``__init__`` has set ``spec`` up (a subclass may assign before calling it)."""
+    return 'dataloader' in vars(spec) if family is Family.HOST else 'microbatch_transforms' in vars(spec)
+
+
+class DeviceTransforms:
+    """``DataSpec.device_transforms`` on a patched release, as 0.24.1 has it: a data descriptor on the class.
+
+    Reading it gives the callable the user gave or last assigned (else the DataSpec's identity method); assigning one
+    makes the trainer run it on the device at the DataSpec's stage (``None`` removes it). On 0.25–0.26 Composer's
+    trainer reads the attribute itself: its own reads get the shim's hook, which moves the batch first. On 0.27+ the
+    transform is kept in the instance's ``__dict__`` too, where it stays readable after ``disable()``.
+    """
+
+    def __init__(self, record: _patching.Patch, family: Family) -> None:
+        self.record, self.family = record, family
+
+    def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
+        if spec is None:
+            return self
+        held = vars(spec).get('device_transforms', _MISSING)
+        if self.family is Family.HOST:
+            if isinstance(held, BatchHook) and sys._getframe(1).f_globals.get('__name__') != _TRAINER_MODULE:
+                return _default(spec) if held.given is None else held.given
+        elif held is _MISSING and _initialised(spec, self.family):
+            return _default(spec)
+        if held is _MISSING:
+            raise AttributeError(f"{type(spec).__name__!r} object has no attribute 'device_transforms'")
+        return held
+
+    def __set__(self, spec: Any, value: Any) -> None:
+        if not self.record.active or not _initialised(spec, self.family):
+            vars(spec)['device_transforms'] = value  # before Composer's __init__, which replaces it as 0.24.1's does
+            return
+        transform = None if value is None or _is_default(spec, value) else value
+        if transform is not None and not callable(transform):
+            raise TypeError(
+                'compatshim: DataSpec.device_transforms must be a callable that takes a batch and returns the '
+                f'transformed batch, or None; got {type(value).__name__} {value!r}'
+            )
+        _place(spec, transform, self.family, _natives_given(spec))
+
+    def __delete__(self, spec: Any) -> None:
+        self.__set__(spec, None)
+
+
+#: The module whose reads of ``device_transforms`` are the trainer's own (0.25–0.26 call it at batch level).
+_TRAINER_MODULE = 'composer.trainer.trainer'
+
+
 def instrument(data_spec_cls: type, family: Family) -> None:
-    """Wrap ``DataSpec.__init__`` for ``family``."""
+    """Wrap ``DataSpec.__init__`` for ``family``, and give the class 0.24.1's ``device_transforms`` attribute."""
     STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
+    STATE.patches.patch(data_spec_cls, 'device_transforms', lambda _, record: DeviceTransforms(record, family))

@@ -1,0 +1,285 @@
+"""0.24.1's ``DataSpec.device_transforms`` *attribute*, beside its argument: read, called directly, assigned.
+
+On 0.24.1 ``DataSpec.__init__`` sets ``self.device_transforms`` to the user's callable (or the identity method
+``_default_device_transforms``) and the trainer reads the attribute at every batch, after moving the batch. So code
+reads it, calls it on a batch it moved itself (custom evaluation loops), and assigns a new one after construction (or
+in a subclass's ``__init__``) and has it run on the device. Each test asserts 0.24.1's behaviour. Its control leg runs
+without the shim: a strict xfail on every affected release, where the transform runs on the host (0.25–0.26), never
+runs or the attribute is missing (0.27–0.28), or the keyword is a ``TypeError`` (0.29+); it passes on 0.24.1.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+import torch
+from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
+from workload import Probe, assert_coherent, fit_probe, loader, trainer
+
+import compatshim
+from compatshim._support import Family
+from compatshim.testing import placement
+
+pytestmark = pytest.mark.device
+
+#: Without the shim the attribute is missing on 0.27+ (AttributeError), besides the failures every control leg has.
+CONTROL = pytest.mark.xfail(
+    IS_AFFECTED,
+    strict=True,
+    reason=f'control: Composer {COMPOSER} has no working device_transforms attribute',
+    raises=(AssertionError, AttributeError, TypeError),
+)
+#: The shim at each stage, and the control without it. At stage microbatch the transform runs once per microbatch.
+LEGS = [
+    pytest.param('shim', id='shim-batch', marks=pytest.mark.stage('batch')),
+    pytest.param('shim', id='shim-microbatch', marks=[pytest.mark.stage('microbatch'), NEEDS_PATCH]),
+    pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control]),
+]
+MICROBATCH = 2
+BATCH_SIZE = 8
+
+
+@pytest.fixture
+def per_step(leg: str, request: Any) -> int:
+    """Transform calls per optimizer step in the leg (batches of 8, microbatches of 2)."""
+    marker = request.node.get_closest_marker('stage')
+    return BATCH_SIZE // MICROBATCH if leg == 'shim' and marker and marker.args[0] == 'microbatch' else 1
+
+
+def _on_device(probe: Probe, calls: int, what: str) -> None:
+    assert len(probe.calls) == calls, f'{what}: the transform ran {len(probe.calls)}x, expected {calls}'
+    where = {call.placement for call in probe.calls}
+    assert where == {'device'}, f'{what}: the transform saw batches on {where}'
+
+
+def _spec(transform: Any = None, n: int = 16) -> Any:
+    from composer.core import DataSpec
+
+    return DataSpec(loader(n, BATCH_SIZE)) if transform is None else DataSpec(loader(n), device_transforms=transform)
+
+
+def _fit(spec: Any, batches: int = 2) -> Any:
+    t, _ = trainer(make_device(), device_train_microbatch_size=MICROBATCH)
+    t.fit(train_dataloader=spec, duration=f'{batches}ba')
+    return t
+
+
+def _identity(spec: Any) -> None:
+    """The attribute of a DataSpec given no transform: a callable that returns the batch it is given."""
+    batch = [torch.ones(2, 4), torch.zeros(2)]
+    assert spec.device_transforms(batch) is batch
+
+
+@pytest.mark.python
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_read_gives_the_callable_given_and_it_runs_on_the_device(leg: str, per_step: int) -> None:
+    fn = Probe()
+    spec = _spec(fn)
+    assert spec.device_transforms is fn
+    _identity(_spec())
+    _fit(spec)
+    _on_device(fn, 2 * per_step, 'train')
+    assert spec.device_transforms is fn
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_custom_eval_loop_calls_the_attribute_on_a_moved_batch(leg: str, per_step: int) -> None:
+    """The public script's evaluation loop: iterate, ``batch_to_device``, ``_train_data_spec.device_transforms``."""
+    fn = Probe()
+    t = _fit(_spec(fn))
+    device, spec = t.state.device, t._train_data_spec
+    for batch in spec.dataloader:
+        moved = device.batch_to_device(batch)
+        out = spec.device_transforms(moved)
+        assert placement(out[0]) == 'device', 'the custom loop got its batch back off the device'
+        assert torch.all(out[0][:, 0] == fn.calls[-1].draw), 'the custom loop did not get the transformed batch'
+    _on_device(fn, 2 * per_step + 2, 'fit, then the custom loop (one call per batch)')
+
+
+@pytest.mark.python
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_assigned_after_construction_runs_on_the_device(leg: str, per_step: int) -> None:
+    """Assigned before a fit and between fits, over a DataSpec built with a transform and one built without."""
+    first, replacement, later = Probe(), Probe(), Probe()
+    given = _spec(first)
+    given.device_transforms = replacement
+    assert given.device_transforms is replacement
+    t = _fit(given)
+    assert first.calls == [], 'the replaced transform still ran'
+    _on_device(replacement, 2 * per_step, 'assigned before the fit')
+    given.device_transforms = later
+    t.fit(duration='2ba')  # two more batches
+    _on_device(replacement, 2 * per_step, 'replaced between fits')
+    _on_device(later, 2 * per_step, 'assigned between fits')
+    bare = _spec()
+    bare.device_transforms = fn = Probe()
+    _fit(bare)
+    _on_device(fn, 2 * per_step, 'assigned to a DataSpec built without one')
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_assigned_on_an_evaluator_and_a_predict_dataspec(leg: str, per_step: int) -> None:
+    from composer.core import Evaluator
+
+    ev, pred = Probe(), Probe()
+    evaluator = Evaluator(label='ev', dataloader=_spec(), metric_names=['MulticlassAccuracy'])
+    evaluator.dataloader.device_transforms = ev
+    t, _ = trainer(make_device(), eval_dataloader=evaluator, eval_interval='2ba', max_duration='2ba')
+    t.fit(train_dataloader=_spec(), duration='2ba')
+    _on_device(ev, 2, 'evaluator')  # evaluation batches are never split into microbatches here
+    spec = _spec()
+    spec.device_transforms = pred
+    t.predict(spec)
+    _on_device(pred, 2, 'predict')
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_subclass_sets_the_attribute_in_its_init(leg: str, per_step: int) -> None:
+    """After the base ``__init__``: it takes effect. Before it: the base ``__init__`` sets the attribute, as 0.24.1's
+    does (the transform it is given; else the identity method), so an earlier value never runs."""
+    from composer.core import DataSpec
+
+    class After(DataSpec):
+        def __init__(self, dataloader: Any, fn: Any) -> None:
+            super().__init__(dataloader)
+            self.device_transforms = fn
+
+    class Before(DataSpec):
+        def __init__(self, dataloader: Any, fn: Any, early: Any) -> None:
+            self.device_transforms = early
+            super().__init__(dataloader, **({} if fn is None else {'device_transforms': fn}))
+
+    after, before, early = Probe(), Probe(), Probe()
+    spec = After(loader(16), after)
+    assert spec.device_transforms is after
+    _fit(spec)
+    _on_device(after, 2 * per_step, 'set after the base __init__')
+    spec = Before(loader(16), before, early)
+    assert spec.device_transforms is before
+    _fit(spec)
+    _on_device(before, 2 * per_step, 'given to the base __init__ by a subclass')
+    _identity(Before(loader(16), None, early))
+    _fit(Before(loader(16), None, early))
+    assert early.calls == [], 'a value set before the base __init__ ran: 0.24.1 replaces it'
+
+
+@pytest.mark.parametrize('leg', [LEGS[0], LEGS[2]], indirect=True)
+def test_assigned_transform_is_coherent_at_any_microbatch_size(leg: str) -> None:
+    """Stage batch: one call per step on the whole batch, every microbatch a slice of it (microbatches 1 and 4)."""
+    from composer.core import DataSpec
+
+    def assigned(probe: Probe) -> Any:
+        spec = DataSpec(loader(32, 8))
+        spec.device_transforms = probe
+        return spec
+
+    for microbatch in (1, 4):
+        probe, per_step_inputs = fit_probe(microbatch, spec=assigned)
+        assert_coherent(probe, per_step_inputs)
+
+
+@NEEDS_PATCH
+@pytest.mark.parametrize('stage', ['batch', 'microbatch'])
+def test_assigning_none_removes_the_transform(stage: str) -> None:
+    """0.24.1 stored ``None`` and its trainer then failed at the first batch (``'NoneType' object is not callable``);
+    with the shim, ``None`` removes the transform: the attribute reads as the identity method, nothing runs."""
+    compatshim.enable(stage=stage)
+    fn = Probe()
+    spec = _spec(fn)
+    spec.device_transforms = None
+    _identity(spec)
+    _fit(spec)
+    assert fn.calls == []
+    spec.device_transforms = again = Probe()
+    _fit(spec)
+    assert {c.placement for c in again.calls} == {'device'} and again.calls
+    del spec.device_transforms
+    _identity(spec)
+
+
+@NEEDS_PATCH
+def test_a_value_that_is_not_callable_is_refused_and_changes_nothing() -> None:
+    compatshim.enable()
+    fn = Probe()
+    spec = _spec(fn)
+    with pytest.raises(TypeError, match=r'device_transforms must be a callable .* got str'):
+        spec.device_transforms = 'normalize'
+    assert spec.device_transforms is fn
+
+
+@NEEDS_PATCH
+def test_copies_and_pickles_keep_the_assigned_transform() -> None:
+    compatshim.enable()
+    spec = _spec()
+    spec.device_transforms = Probe()
+    for clone in (copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))):
+        assert isinstance(clone.device_transforms, Probe) and clone.device_transforms is not spec.device_transforms
+        _fit(clone)
+        _on_device(clone.device_transforms, 2, 'a copy')
+        assert spec.device_transforms.calls == [], 'the copy ran the original transform'
+
+
+@NEEDS_PATCH
+def test_after_disable_the_attribute_stays_readable_and_callable() -> None:
+    """After ``disable()`` the attribute is a plain one again: 0.25–0.26 hold the shim's hook there (what the trainer
+    calls: the transform, on the host, with a warning), 0.27+ the transform itself (which nothing calls)."""
+    from compatshim._transforms import BatchHook
+
+    compatshim.enable()
+    fn = Probe()
+    spec = _spec(fn)
+    compatshim.disable()
+    held = spec.device_transforms
+    assert isinstance(held, BatchHook) and held.given is fn if FAMILY is Family.HOST else held is fn
+    batch = [torch.ones(2, 4), torch.zeros(2)]
+    with pytest.warns(compatshim.CompatShimWarning) if FAMILY is Family.HOST else _no_warning():
+        held(batch)
+    assert len(fn.calls) == 1 and fn.calls[0].placement == 'host'
+    compatshim.enable()
+    assert spec.device_transforms is fn
+
+
+class _no_warning:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@NEEDS_PATCH
+def test_disable_restores_the_class_exactly() -> None:
+    from composer.core import DataSpec
+
+    before = vars(DataSpec).get('device_transforms', 'absent')
+    compatshim.enable()
+    assert 'device_transforms' in vars(DataSpec)
+    compatshim.disable()
+    assert vars(DataSpec).get('device_transforms', 'absent') == before == 'absent'
+    spec = _spec()
+    if FAMILY is Family.HOST:
+        _identity(spec)
+    else:
+        assert not hasattr(spec, 'device_transforms')
+
+
+@NEEDS_PATCH
+def test_the_monitor_reports_an_assigned_transform() -> None:
+    from compatshim.monitor import TransformMonitor
+
+    compatshim.enable()
+    monitor = TransformMonitor()
+    t, _ = trainer(make_device(), callbacks=[monitor])
+    spec = _spec(Probe())
+    t.fit(train_dataloader=spec, duration='2ba')
+    spec.device_transforms = assigned = Probe()
+    t.fit(duration='2ba')
+    seen = monitor.summaries[-1].transforms['device_transforms']
+    assert (seen.where, seen.calls_per_step, seen.calls) == ('device', 1, 2), monitor.summaries[-1].line
+    assert len(assigned.calls) == 2
+    spec.device_transforms = None
+    t.fit(duration='2ba')
+    assert 'device_transforms' not in monitor.summaries[-1].transforms, monitor.summaries[-1].line
