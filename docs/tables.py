@@ -229,17 +229,28 @@ BEHAVIOUR = {
 }
 
 
+#: What each family does with the attribute ``spec.device_transforms`` without the shim (read, called, assigned).
+ATTRIBUTE = {
+    None: 'your callable (else an identity); one assigned later runs on device',
+    _support.Family.HOST: 'your callable; one assigned later runs on the CPU',
+    _support.Family.DROPPED: '`AttributeError`; one assigned later never runs',
+    _support.Family.REJECTED: '`AttributeError`; one assigned later never runs',
+}
+
+
 def verdict(row: _support.TestedRelease) -> str:
     """What ``enable()`` does on the release of ``row``."""
-    return 'unaffected: nothing patched' if row.family is None else f'patched ({row.family.value} family)'
+    if row.family is None:
+        return 'unaffected: nothing patched'
+    return f'patched ({row.family.value} family): argument and attribute as on 0.24.1'
 
 
 def support_table() -> str:
     """The support table, one line per row of ``TESTED_RELEASES`` on the default Python (the Python factor's rows
     repeat a release on other interpreters): the README's and the docs'."""
     rows = [r for r in _support.TESTED_RELEASES if r.python == _support.DEFAULT_PYTHON]
-    header = ('Composer', 'torch (matrix)', 'without the shim', '`enable()`')
-    return _table(header, [(r.composer, r.torch, BEHAVIOUR[r.family], verdict(r)) for r in rows])
+    header = ('Composer', 'torch (matrix)', 'the argument without the shim', 'the attribute without the shim', '`enable()`')
+    return _table(header, [(r.composer, r.torch, BEHAVIOUR[r.family], ATTRIBUTE[r.family], verdict(r)) for r in rows])
 
 
 def exit_codes() -> str:
