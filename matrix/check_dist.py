@@ -20,6 +20,8 @@ Fails (exit 1, naming each problem) unless:
   classifier), LICENSE in the wheel's ``.dist-info/licenses/`` and at the top of the sdist;
 * the metadata names an Author, ``Requires-Python: >=3.9``, one Development Status, a classifier for each tested
   Python (``PYTHONS``) and no other, and ``CLASSIFIERS`` (Framework :: Pytest, Typing :: Typed, ...);
+* the long description (README.md, PyPI's page) names ``pip install compatshim`` first in its Install section and
+  never says the package is not on PyPI yet;
 * the sdist holds, for packagers, LICENSE, CHANGELOG.md and every file of ``tests/`` (its data included) and of what
   the tests read (``matrix/``, ``docs/``, ``.github/``, tox.ini, ...), so that the tests run from it;
 * ``pip install <wheel>`` would install no matplotlib, and ``pip install <wheel>[bench]`` would (a dry run against the
@@ -123,6 +125,27 @@ def _classifier_problems(classifiers: list[str]) -> list[str]:
     return problems
 
 
+def readme_problems(text: str) -> list[str]:
+    """What keeps the README (PyPI's page of the release, its long description) from reading right the day it is
+    published: its ``## Install`` section must name ``pip install compatshim`` before any other install line, and no
+    line may say the package is not on PyPI yet (``until ... on PyPI``, ``once (it is) released``)."""
+    problems = [
+        f'README.md says the package is not on PyPI yet: {line.strip()!r}'
+        for line in text.splitlines()
+        if re.search(r'\buntil\b.*\bPyPI\b|\bonce (it is |it\'s )?(released|published|on PyPI)\b', line, re.I)
+    ]
+    section = re.search(r'^## Install\b.*?$(.*?)(?=^## |\Z)', text, re.M | re.S)
+    if section is None:
+        return [*problems, 'README.md has no "## Install" section']
+    installs = [line.strip() for line in section.group(1).splitlines() if re.search(r'\bpip install\b', line)]
+    if not installs or not re.match(r'pip install compatshim(\s|$)', installs[0]):
+        first = installs[0] if installs else 'none'
+        problems.append(
+            f'README.md\'s Install section must name "pip install compatshim" first; its first is {first!r}'
+        )
+    return problems
+
+
 def _tree_files(tree: str) -> set[str]:
     """Every file of this checkout's folder ``tree`` (no bytecode), as the sdist names it."""
     return {
@@ -161,6 +184,7 @@ def check(dist: Path) -> list[str]:
         problems.append('the wheel has no LICENSE in its .dist-info/licenses/ (PEP 639 license-files)')
     if metadata['License-Expression'] != LICENSE_EXPRESSION:
         problems.append(f'metadata License-Expression is {metadata["License-Expression"]!r}, not {LICENSE_EXPRESSION}')
+    problems += readme_problems(metadata.get_payload())  # the long description, as PyPI will show it
     classifiers = metadata.get_all('Classifier') or []
     problems += _classifier_problems(classifiers)
     if not metadata['Author']:

@@ -140,3 +140,58 @@ def test_a_tag_that_cannot_be_released_stops_before_the_build(
         '"## [0.2.0rc1] - YYYY-MM-DD" before tagging v0.2.0rc1'
     ]
     assert not (tmp_path / 'dist').exists()
+
+
+README = (ROOT / 'README.md').read_text()
+#: The Install section of the README before the release, as a user would have read it on PyPI the day it came out.
+BEFORE_THE_RELEASE = """## Install
+
+Until 0.1.0 is on PyPI (the release workflow publishes it from a tag), install it from the repository or a wheel:
+
+```bash
+pip install "git+https://github.com/compatshim/compatshim@v0.1.0"      # or: uv pip install "git+..."
+pip install .                     # from a checkout (uv pip install .)
+pip install compatshim            # once it is released
+```
+
+## Three ways to enable it
+"""
+
+
+def _with_install(section: str) -> str:
+    start, end = README.index('## Install\n'), README.index('## Three ways to enable it\n')
+    return README[:start] + section + README[end + len('## Three ways to enable it\n') :]
+
+
+def test_the_readme_reads_right_on_pypi_the_day_it_is_published() -> None:
+    assert check_dist.readme_problems(README) == []
+    install = README.split('## Install\n')[1].split('\n## ')[0]
+    assert 'pip install "compatshim[bench]"' in install
+    assert install.index('pip install compatshim') < install.index('pip install "git+') < install.index('pip install .')
+
+
+def test_a_readme_written_before_the_release_fails() -> None:
+    problems = check_dist.readme_problems(_with_install(BEFORE_THE_RELEASE))
+    assert problems == [
+        "README.md says the package is not on PyPI yet: 'Until 0.1.0 is on PyPI (the release workflow publishes it "
+        "from a tag), install it from the repository or a wheel:'",
+        "README.md says the package is not on PyPI yet: 'pip install compatshim            # once it is released'",
+        'README.md\'s Install section must name "pip install compatshim" first; its first is '
+        '\'pip install "git+https://github.com/compatshim/compatshim@v0.1.0"      # or: uv pip install "git+..."\'',
+    ]
+
+
+@pytest.mark.parametrize(
+    ('section', 'expected'),
+    [
+        ('## Install\n\n```bash\npip install .\npip install compatshim\n```\n\n', "its first is 'pip install .'"),
+        ('## Install\n\n```bash\nuv pip install compatshim\n```\n\n', "its first is 'uv pip install compatshim'"),
+        ('## Install\n\nFrom PyPI.\n\n', "its first is 'none'"),
+        ('## Setup\n\n```bash\npip install compatshim\n```\n\n', 'README.md has no "## Install" section'),
+        ('## Install\n\n```bash\npip install compatshim\n```\n\nNot until it reaches PyPI.\n\n', 'not on PyPI yet'),
+    ],
+    ids=['a-checkout-first', 'uv-first', 'no-install-line', 'no-install-section', 'until-pypi'],
+)
+def test_a_planted_install_section_fails(section: str, expected: str) -> None:
+    problems = check_dist.readme_problems(_with_install(section + '## Three ways to enable it\n'))
+    assert len(problems) == 1 and expected in problems[0], problems

@@ -43,6 +43,18 @@ def test_readme_is_a_page_with_the_fix_on_its_first_screen() -> None:
     assert 'compatshim.enable()' in first_screen and 'device_transforms' in first_screen
 
 
+def test_the_readme_is_the_users_page_and_the_maintainers_one_link_away() -> None:
+    """README.md is PyPI's page: how to run the project's own matrix and harness, and the words only the glossary
+    defines for it, live in CONTRIBUTING.md (and docs/harness.md), which the README links to."""
+    readme = (ROOT / 'README.md').read_text()
+    for term in ('tox -p auto', 'tox -m report', '.ci/run', 'strict xfail', 'Python factor', 'GPU kit', '`control`'):
+        assert term not in readme, f'{term!r} is maintainer material: CONTRIBUTING.md'
+        assert term in (ROOT / 'CONTRIBUTING.md').read_text(), term
+    assert (
+        'Contributing: [CONTRIBUTING.md](https://github.com/compatshim/compatshim/blob/main/CONTRIBUTING.md)' in readme
+    )
+
+
 def test_every_page_is_in_the_navigation_and_every_link_of_the_readme_is_there() -> None:
     config = yaml.safe_load((ROOT / 'mkdocs.yml').read_text().replace('!!python', '#'))
     nav = _nav(config['nav'])
