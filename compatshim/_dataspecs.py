@@ -201,5 +201,5 @@ def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[_patching.Swa
     if not slot.places:
         return None, []
     holder, attr = slot.places[0]
-    wrapper = wrap(getattr(holder, attr))
+    wrapper = wrap(_patching.held(holder, attr))
     return wrapper, [_patching.swap(h, a, lambda _: wrapper) for h, a in slot.places]

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 
 from compatshim.errors import CompatShimWarning
 
-__all__ = ['Patch', 'PatchSet', 'Swap', 'bound', 'describe', 'label', 'swap']
+__all__ = ['Patch', 'PatchSet', 'Swap', 'bound', 'describe', 'held', 'label', 'swap']
 
 #: What an object's own ``__dict__`` held for an attribute it only inherited (or never had).
 _MISSING: Any = object()
@@ -65,17 +65,41 @@ class Swap:
         if not self.is_on_top():
             return False
         if self.saved is _MISSING:
-            delattr(self.owner, self.name)
+            _delete(self.owner, self.name)
         else:
-            setattr(self.owner, self.name, self.saved)
+            _set(self.owner, self.name, self.saved)
         return True
 
 
+def held(owner: Any, name: str) -> Any:
+    """``owner.name`` as the object itself holds it: an instance's own ``__dict__`` entry first (a data descriptor on
+    its class, such as the shim's ``DataSpec.device_transforms``, is not asked), else what the name resolves to."""
+    if not isinstance(owner, type) and name in getattr(owner, '__dict__', ()):
+        return vars(owner)[name]
+    return getattr(owner, name)
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    """Set ``owner.name`` in the object itself: an instance's ``__dict__`` (past any data descriptor), or a class."""
+    if isinstance(owner, type) or not hasattr(owner, '__dict__'):
+        setattr(owner, name, value)
+    else:
+        vars(owner)[name] = value
+
+
+def _delete(owner: Any, name: str) -> None:
+    if isinstance(owner, type) or not hasattr(owner, '__dict__'):
+        delattr(owner, name)
+    else:
+        del vars(owner)[name]
+
+
 def swap(owner: Any, name: str, make: Callable[[Any], Any]) -> Swap:
-    """Replace ``owner.name`` with ``make(original)``, remembering what was there (see :class:`Swap`)."""
-    record = Swap(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name))
+    """Replace ``owner.name`` with ``make(original)``, remembering what was there (see :class:`Swap`). An instance's
+    attribute is replaced in its own ``__dict__``: a data descriptor on its class neither sees nor converts it."""
+    record = Swap(owner, name, vars(owner).get(name, _MISSING), held(owner, name))
     record.replacement = make(record.original)
-    setattr(owner, name, record.replacement)
+    _set(owner, name, record.replacement)
     return record
 
 

@@ -246,10 +246,11 @@ def make_probe(
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
-    hooked = [n for n in ('batch_transforms', 'device_transforms') if isinstance(getattr(spec, n, None), BatchHook)]
+    # The hooks as the trainer finds them: on 0.25-0.26 reading spec.device_transforms gives the user's transform.
+    hooked = [n for n in ('batch_transforms', 'device_transforms') if isinstance(vars(spec).get(n), BatchHook)]
     if not hooked:
         raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
-    batch_hook = getattr(spec, hooked[0])
+    batch_hook = vars(spec)[hooked[0]]
     after = spec.microbatch_transforms if hooked[0] == 'batch_transforms' else _same
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage

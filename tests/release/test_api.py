@@ -130,8 +130,8 @@ def test_positional_device_transforms_where_composer_has_the_parameter() -> None
     if FAMILY is Family.REJECTED:
         pytest.skip('0.29+ has no positional device_transforms')
     spec = DataSpec(loader(8), None, None, probe)
-    hook = spec.device_transforms if FAMILY is Family.HOST else spec.batch_transforms
-    assert hook.transform is probe
+    hook = vars(spec)['device_transforms' if FAMILY is Family.HOST else 'batch_transforms']
+    assert hook.transform is probe and spec.device_transforms is probe
 
 
 def _pretend_installed(monkeypatch: pytest.MonkeyPatch, installed: Any) -> None:
