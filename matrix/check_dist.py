@@ -4,6 +4,7 @@
     python matrix/check_dist.py --build --out dist --tag v0.1.0   # the release workflow: keep them, and the tag
     python matrix/check_dist.py DIST_DIR                  # check what is already built there
     python matrix/check_dist.py --notes 0.1.0             # print CHANGELOG.md's section of that release
+    python matrix/check_dist.py --prerelease v0.2.0rc1    # prerelease=true (a GitHub pre-release, never the latest)
 
 Fails (exit 1, naming each problem) unless:
 
@@ -310,6 +311,19 @@ def changelog_problems(text: str, version: str) -> list[str]:
     return problems
 
 
+def is_prerelease(tag: str) -> bool:
+    """Whether the tag ``vVERSION`` is a pre-release by PEP 440 (an ``a``, ``b``, ``rc`` or ``dev`` segment): the
+    release workflow publishes it as a GitHub pre-release, never as the latest release."""
+    from packaging.version import InvalidVersion, Version  # twine's and compatshim's own dependency
+
+    try:
+        if tag.startswith('v'):
+            return Version(tag[1:]).is_prerelease
+    except InvalidVersion:
+        pass
+    raise SystemExit(f'check_dist: the tag {tag} is not v and a version (PEP 440)')
+
+
 def _tag_problems(tag: str) -> list[str]:
     version = _version()
     if tag != f'v{version}':
@@ -324,9 +338,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--out', help='with --build: build into this directory (default: a temporary one)')
     parser.add_argument('--tag', help='the release tag, which must be v and the version')
     parser.add_argument('--notes', metavar='VERSION', help="print CHANGELOG.md's section of VERSION, and nothing else")
+    parser.add_argument(
+        '--prerelease', metavar='TAG', help='print prerelease=true or prerelease=false (PEP 440), and nothing else'
+    )
     args = parser.parse_args(argv)
     if args.notes:
         print(release_notes(args.notes), end='')
+        return 0
+    if args.prerelease:
+        print(f'prerelease={str(is_prerelease(args.prerelease)).lower()}')
         return 0
     if bool(args.build) == bool(args.dist) or (args.out and not args.build):
         parser.error('give --build [--out DIR] or DIST_DIR')

@@ -8,6 +8,7 @@ its jobs are wired as the README says.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -294,3 +295,105 @@ def test_the_release_notes_are_the_changelogs_section() -> None:
     assert check_dist._tag_problems('v0.0.0-not-it') == [
         f'the tag v0.0.0-not-it is not v{version} (compatshim.__version__)'
     ]
+
+
+@pytest.fixture(scope='module')
+def release() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((WORKFLOWS / 'release.yml').read_text())
+    return loaded
+
+
+def test_no_checkout_of_the_release_keeps_its_token(release: dict[str, Any]) -> None:
+    """Every ``actions/checkout`` says ``persist-credentials: false``: no later step (the build, the tests of the
+    built wheel) finds the job's token in ``.git/config``."""
+    checkouts = [
+        (name, step)
+        for name, job in release['jobs'].items()
+        for step in job['steps']
+        if step.get('uses', '').startswith('actions/checkout@')
+    ]
+    assert len(checkouts) == 3
+    for name, step in checkouts:
+        assert step.get('with', {}).get('persist-credentials') is False, name
+
+
+def test_every_job_sets_python_up_before_it_calls_python(release: dict[str, Any]) -> None:
+    """A runner's own ``python`` is whatever the image ships: each job that runs ``python`` has
+    ``actions/setup-python`` before it."""
+    for name, job in release['jobs'].items():
+        steps = job['steps']
+        calls = [i for i, step in enumerate(steps) if re.search(r'(^|[\s;&|(])python3? ', step.get('run', ''))]
+        setups = [i for i, step in enumerate(steps) if step.get('uses', '').startswith('actions/setup-python@')]
+        if calls:
+            assert setups and setups[0] < calls[0], f'{name}: python before actions/setup-python'
+    assert any(
+        s.get('uses', '').startswith('actions/setup-python@') for s in release['jobs']['github-release']['steps']
+    )
+
+
+def _github_release(tmp_path: Path, release: dict[str, Any], tag: str, prerelease: str) -> list[str]:
+    """Run the github-release job's last step as the runner would (bash -e), with ``gh`` and ``python`` standing in:
+    the arguments ``gh`` was given."""
+    job = release['jobs']['github-release']
+    step = job['steps'][-1]
+    assert step['env']['PRERELEASE'] == '${{ needs.build.outputs.prerelease }}'
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'gh').write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > "$RUNNER_TEMP/gh.args"\n')
+    (bin_dir / 'python').write_text('#!/bin/sh\necho notes\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    (tmp_path / 'dist').mkdir()
+    (tmp_path / 'dist' / 'compatshim.whl').write_text('')
+    env = {
+        'PATH': f'{bin_dir}:/usr/bin:/bin',
+        'GITHUB_REF_NAME': tag,
+        'RUNNER_TEMP': str(tmp_path),
+        'PRERELEASE': prerelease,
+        'GH_TOKEN': 'unused',
+    }
+    subprocess.run(['bash', '-e', '-c', step['run']], cwd=tmp_path, env=env, check=True)
+    return (tmp_path / 'gh.args').read_text().splitlines()
+
+
+@pytest.mark.skipif(shutil.which('bash') is None, reason='the step is a bash script')
+@pytest.mark.parametrize(('tag', 'prerelease'), [('v0.1.0', False), ('v0.2.0rc1', True), ('v0.2.0.dev1', True)])
+def test_a_prerelease_tag_is_a_github_prerelease_never_the_latest(
+    tmp_path: Path, release: dict[str, Any], tag: str, prerelease: bool
+) -> None:
+    """The build job says whether the tag is a pre-release (PEP 440, ``check_dist.py --prerelease``); the GitHub
+    release of one is ``--prerelease --latest=false``, of a final release neither; both ``--verify-tag``."""
+    import check_dist
+
+    build = release['jobs']['build']
+    decide = next((step for step in build['steps'] if step.get('id') == 'tag'), {})
+    assert decide.get('run') == 'python matrix/check_dist.py --prerelease "$GITHUB_REF_NAME" >> "$GITHUB_OUTPUT"'
+    assert build['outputs']['prerelease'] == '${{ steps.tag.outputs.prerelease }}'
+    assert 'build' in release['jobs']['github-release']['needs']
+    assert check_dist.is_prerelease(tag) is prerelease
+    args = _github_release(tmp_path, release, tag, str(prerelease).lower())
+    assert args[:3] == ['release', 'create', tag] and 'dist/compatshim.whl' in args and '--verify-tag' in args
+    assert ('--prerelease' in args) is prerelease and ('--latest=false' in args) is prerelease
+    assert args[args.index('--notes-file') + 1] == f'{tmp_path}/notes.md'
+
+
+@pytest.mark.parametrize(
+    ('tag', 'expected'),
+    [
+        ('v0.1.0', False),
+        ('v0.1.1', False),
+        ('v0.1.0.post1', False),
+        ('v0.2.0a1', True),
+        ('v0.2.0b2', True),
+        ('v0.2.0rc1', True),
+        ('v0.2.0.dev3', True),
+        ('v0.2.0rc1.dev1', True),
+    ],
+)
+def test_which_tags_are_prereleases(tag: str, expected: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    import check_dist
+
+    assert check_dist.main(['--prerelease', tag]) == 0
+    assert capsys.readouterr().out == f'prerelease={str(expected).lower()}\n'
+    with pytest.raises(SystemExit, match='is not v and a version'):
+        check_dist.is_prerelease(tag[1:])
