@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim import _exits
+from compatshim import _exits, _settings
 from compatshim._stages import STAGES
 from compatshim._support import DEVICES
 from compatshim.errors import CompatShimWarning, ConfigurationError
@@ -136,7 +136,7 @@ def _bench_command(args: argparse.Namespace) -> int:
         from compatshim.bench.workload import default_size
 
         if args.size is None:
-            args.size = os.environ.get('COMPATSHIM_BENCH_SIZE', '').strip() or default_size(args.device)
+            args.size = _settings.bench_size() or default_size(args.device)
         result = reference.measure(
             args.device,
             args.size,
@@ -229,9 +229,38 @@ def _report_command(args: argparse.Namespace) -> int:
     return _exits.REGRESSION if failures or missing else _exits.OK
 
 
+#: What each command did not do when it refuses its input.
+_NOTHING = {'run': 'run', 'doctor': 'checked', 'bench': 'measured', 'report': 'judged'}
+
+
+def _standing_in(args: argparse.Namespace) -> dict[str, str]:
+    """The variables for which an argument on this command line stands in, as it was written (a bad value in one of
+    them is ignored, and said in one line)."""
+    given = {}
+    if getattr(args, 'stage', None):
+        given[_settings.STAGE_VAR] = f'--stage {args.stage}'
+    if getattr(args, 'allow_untested', False):
+        given[_settings.ALLOW_UNTESTED_VAR] = '--allow-untested'
+    if getattr(args, 'monitor', None):
+        given[_settings.MONITOR_VAR] = '--monitor' + ('=strict' if args.monitor == 'strict' else '')
+    if getattr(args, 'size', None):
+        given[_settings.BENCH_SIZE_VAR] = f'--size {args.size}'
+    return given
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``compatshim`` console script and ``python -m compatshim``."""
+    """Entry point of the ``compatshim`` console script and ``python -m compatshim``. Every command checks every
+    ``COMPATSHIM_`` variable first, before it imports or runs anything: a value that is not allowed is one line and
+    exit 2."""
     args = parser().parse_args(argv)
+    problems, ignored = _settings.check_environment(os.environ, _standing_in(args))
+    if args.subcommand != 'doctor':  # the doctor says an ignored variable itself, as enable() warns of it
+        for line in ignored:
+            print(f'{line} (compatshim {args.subcommand})', file=sys.stderr)
+    if problems:
+        nothing = f'compatshim {args.subcommand}: nothing was {_NOTHING[args.subcommand]}'
+        print(f'{_settings.one_message(problems)} ({nothing})', file=sys.stderr)
+        return _exits.NOT_DONE
     return int(args.func(args))
 
 
@@ -335,7 +364,7 @@ def parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         '--size',
-        choices=('tiny', 'cpu', 'gpu'),
+        choices=_settings.BENCH_SIZES,
         default=None,
         help='workload size (default: COMPATSHIM_BENCH_SIZE, else cpu on cpu, gpu on cuda/mps)',
     )

@@ -1,8 +1,9 @@
 """The shim's settings, from the arguments given in code and the environment, validated in one place: every entry
 point reads them here, so a bad value gets the same one-line message everywhere (exit
-:data:`compatshim._exits.NOT_DONE` on the command line). Which source wins: docs/configuration.md; a valid argument
-beats an invalid variable (ignored, with a warning). ``COMPATSHIM_MONITOR`` is read by ``compatshim run``'s import hook
-and ``import compatshim.auto``, never by ``enable()``. Imports nothing heavy.
+:data:`compatshim._exits.NOT_DONE` on the command line, where every command checks every variable before it does
+anything: :func:`check_environment`). Which source wins: docs/configuration.md; a valid argument beats an invalid
+variable (ignored, with a warning). ``COMPATSHIM_MONITOR`` is read by ``compatshim run``'s import hook and ``import
+compatshim.auto``, never by ``enable()``; ``COMPATSHIM_BENCH_SIZE`` by ``compatshim bench``. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -10,17 +11,23 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import Callable, Optional
 
 from compatshim._stages import Stage, validate_stage
 from compatshim.errors import ConfigurationError
 
 __all__ = [
     'ALLOW_UNTESTED_VAR',
+    'BENCH_SIZES',
+    'BENCH_SIZE_VAR',
     'KILL_SWITCH',
     'MONITOR_VAR',
     'STAGE_VAR',
+    'VARIABLES',
     'Settings',
+    'bench_size',
+    'check_environment',
+    'one_message',
     'kill_switch_on',
     'monitor',
     'resolve',
@@ -34,6 +41,10 @@ STAGE_VAR = 'COMPATSHIM_STAGE'
 ALLOW_UNTESTED_VAR = 'COMPATSHIM_ALLOW_UNTESTED'
 #: Attach a ``TransformMonitor`` to every Trainer of the run (``compatshim run --monitor``): on, strict, or off.
 MONITOR_VAR = 'COMPATSHIM_MONITOR'
+#: ``compatshim bench --size`` when it is not given: one of :data:`BENCH_SIZES` (unset: by the device).
+BENCH_SIZE_VAR = 'COMPATSHIM_BENCH_SIZE'
+#: The reference workload's sizes (``compatshim bench --size``).
+BENCH_SIZES: tuple[str, ...] = ('tiny', 'cpu', 'gpu')
 
 _TRUE, _FALSE = ('1', 'true', 'yes', 'on'), ('', '0', 'false', 'no', 'off')
 
@@ -73,6 +84,23 @@ def monitor(environ: Optional[Mapping[str, str]] = None) -> str:
             f'compatshim: {MONITOR_VAR}={value!r} is not allowed; use 1, true, yes, on or strict, or 0, false, no, off '
             '(or unset it)'
         ) from None
+
+
+def bench_size(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """:data:`BENCH_SIZE_VAR`: one of :data:`BENCH_SIZES`, or ``None`` where it is unset or empty.
+
+    Raises:
+        ConfigurationError: Any other value.
+    """
+    value = (os.environ if environ is None else environ).get(BENCH_SIZE_VAR, '')
+    if value.strip() in BENCH_SIZES:
+        return value.strip()
+    if not value.strip():
+        return None
+    raise ConfigurationError(
+        f'compatshim: {BENCH_SIZE_VAR}={value!r} is not allowed; use {", ".join(BENCH_SIZES[:-1])} or '
+        f'{BENCH_SIZES[-1]} (or unset it)'
+    )
 
 
 def _flag(variable: str, value: str) -> bool:
@@ -121,3 +149,44 @@ def resolve(
         killed=_flag(KILL_SWITCH, environ.get(KILL_SWITCH, '')),
         ignored=tuple(ignored),
     )
+
+
+def _stage_variable(environ: Mapping[str, str]) -> object:
+    return validate_stage(environ.get(STAGE_VAR, '').strip() or 'batch', what=f'stage in {STAGE_VAR}')
+
+
+#: Every variable compatshim reads, with its check (``ConfigurationError`` naming the variable, the value and what is
+#: allowed), in the order a message lists them.
+VARIABLES: dict[str, Callable[[Mapping[str, str]], object]] = {
+    STAGE_VAR: _stage_variable,
+    ALLOW_UNTESTED_VAR: lambda environ: _flag(ALLOW_UNTESTED_VAR, environ.get(ALLOW_UNTESTED_VAR, '')),
+    KILL_SWITCH: lambda environ: _flag(KILL_SWITCH, environ.get(KILL_SWITCH, '')),
+    MONITOR_VAR: monitor,
+    BENCH_SIZE_VAR: bench_size,
+}
+
+
+def check_environment(
+    environ: Optional[Mapping[str, str]] = None, given: Optional[Mapping[str, str]] = None
+) -> tuple[list[str], list[str]]:
+    """Every variable of :data:`VARIABLES` in ``environ`` (default: this process's environment), as a command checks
+    them before it does anything: the problems (one message each: the variable, its value, what is allowed) and the
+    variables ignored because an argument stands in for them (``given``: variable -> the argument as written, e.g.
+    ``{STAGE_VAR: '--stage batch'}``), one line each."""
+    environ = os.environ if environ is None else environ
+    given = given or {}
+    problems, ignored = [], []
+    for variable, check in VARIABLES.items():
+        try:
+            check(environ)
+        except ConfigurationError as exc:
+            if variable in given:
+                ignored.append(f'{exc}; ignored: {given[variable]} wins')
+            else:
+                problems.append(str(exc))
+    return problems, ignored
+
+
+def one_message(problems: list[str]) -> str:
+    """Several problems of :func:`check_environment` as one line."""
+    return '; '.join(problems[:1] + [problem.removeprefix('compatshim: ') for problem in problems[1:]])

@@ -29,12 +29,14 @@ from typing import Any, Callable, Optional, TextIO
 import torch
 
 import compatshim
+from compatshim import _settings
 from compatshim._accelerator import Accelerator, accelerator
 from compatshim._placement import Placement
 from compatshim._recorder import Tap, tensors
 from compatshim._support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.bench.metrics import LEGS, Leg
 from compatshim.bench.results import LegResult, LegStatus, now
+from compatshim.errors import ConfigurationError
 
 __all__ = ['SIZES', 'VERSION', 'Pipeline', 'Session', 'Size', 'measure', 'schedule', 'session', 'time']
 
@@ -303,8 +305,12 @@ class Session:
 
 
 def ready(device: str) -> tuple[Accelerator, str]:
-    """The accelerator ``device`` and the installed Composer release: ``ValueError`` naming what is missing, or
-    ``RuntimeError`` while the shim is enabled (the bench turns it on and off per leg)."""
+    """The accelerator ``device`` and the installed Composer release: ``ValueError`` naming what is missing or a
+    ``COMPATSHIM_`` variable that is not allowed (each leg's ``enable()`` would raise it), or ``RuntimeError`` while the
+    shim is enabled (the bench turns it on and off per leg)."""
+    problems, _ = _settings.check_environment()
+    if problems:
+        raise ConfigurationError(_settings.one_message(problems))
     on = accelerator(device)
     if on.absent():
         raise ValueError(f'--device {device}, but {on.absent()}')

@@ -242,3 +242,93 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         _cli.main(['--version'])
     assert exited.value.code == 0 and capsys.readouterr().out.strip() == f'compatshim {compatshim.__version__}'
+
+
+#: Each command as a user types it, with arguments that would pass (a report's paths need not exist: the settings are
+#: checked first).
+COMMANDS = {
+    'run': ['run', '--', 'true'],
+    'doctor': ['doctor'],
+    'bench': ['bench'],
+    'bench --pipeline': ['bench', '--pipeline', 'my_project.bench:pipeline'],
+    'report': ['report', '--results', 'results', '--baselines', 'baselines', '--out', 'out', '--no-png'],
+}
+#: A typo in each variable compatshim reads, and what its one line must say (the variable, the value, what is allowed).
+TYPOS = {
+    'COMPATSHIM_STAGE': ('batc', "unknown stage in COMPATSHIM_STAGE 'batc'; choose one of 'batch', 'microbatch'"),
+    'COMPATSHIM_ALLOW_UNTESTED': ('ye', "COMPATSHIM_ALLOW_UNTESTED='ye' is not allowed; use 1, true, yes or on"),
+    'COMPATSHIM_DISABLE': ('of', "COMPATSHIM_DISABLE='of' is not allowed; use 1, true, yes or on"),
+    'COMPATSHIM_MONITOR': ('stict', "COMPATSHIM_MONITOR='stict' is not allowed; use 1, true, yes, on or strict"),
+    'COMPATSHIM_BENCH_SIZE': ('gpuu', "COMPATSHIM_BENCH_SIZE='gpuu' is not allowed; use tiny, cpu or gpu"),
+}
+NOTHING = {'run': 'run', 'doctor': 'checked', 'bench': 'measured', 'report': 'judged'}
+
+
+def test_every_variable_the_package_reads_is_checked() -> None:
+    """The checks cover every ``COMPATSHIM_`` variable named in compatshim's source, and this test every check."""
+    import re
+
+    from compatshim import _settings
+
+    package = Path(compatshim.__file__).parent
+    read = {m for path in package.rglob('*.py') for m in re.findall(r'COMPATSHIM_[A-Z_]+', path.read_text())}
+    assert set(_settings.VARIABLES) == read == set(TYPOS)
+
+
+@pytest.mark.parametrize('variable', TYPOS)
+@pytest.mark.parametrize('command', COMMANDS)
+def test_a_typo_in_any_variable_is_refused_by_every_command_before_anything_runs(
+    command: str, variable: str, tmp_path: Path
+) -> None:
+    """``COMPATSHIM_STAGE=batc compatshim bench --pipeline ...`` measured for 13.7 s and then blamed the user's model;
+    ``run`` and ``doctor`` refused the same typo in one line. Every command now checks every variable first: one line
+    naming the variable, its value and what is allowed, exit 2, nothing imported (this env has neither torch nor
+    Composer: a command that got further would fail on their absence instead), nothing written, nothing run."""
+    value, message = TYPOS[variable]
+    env = {k: v for k, v in os.environ.items() if k not in TYPOS}
+    marker = tmp_path / 'ran'
+    argv = COMMANDS[command]
+    argv = argv[:-1] + ['sh', '-c', f'touch {marker}'] if command == 'run' else argv
+    proc = subprocess.run(
+        [sys.executable, '-m', 'compatshim', *argv],
+        env={**env, variable: value},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(err) == 1 and message in err[0] and err[0].endswith(f'nothing was {NOTHING[argv[0]]})'), err
+    assert proc.stdout == '' and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_several_typos_are_one_line_naming_each(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setenv('COMPATSHIM_STAGE', 'batc')
+    monkeypatch.setenv('COMPATSHIM_BENCH_SIZE', 'big')
+    assert _cli.main(['bench', '--pipeline', 'my_project.bench:pipeline']) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "COMPATSHIM_STAGE 'batc'" in err[0] and "COMPATSHIM_BENCH_SIZE='big'" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ('argv', 'variable', 'value', 'said'),
+    [
+        (['run', '--stage', 'batch', '--', 'true'], 'COMPATSHIM_STAGE', 'batc', '--stage batch wins (compatshim run)'),
+        (['run', '--monitor', '--', 'true'], 'COMPATSHIM_MONITOR', 'stict', '--monitor wins (compatshim run)'),
+        (['bench', '--size', 'tiny'], 'COMPATSHIM_BENCH_SIZE', 'gpuu', '--size tiny wins (compatshim bench)'),
+    ],
+)
+def test_an_argument_that_stands_in_for_a_bad_variable_wins_said_in_one_line(
+    argv: list[str], variable: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``doctor --stage`` and ``enable(stage=...)`` do: the argument wins, the variable is ignored, one line says
+    so, and the command goes on (here: the run runs; the bench stops at this env's missing torch)."""
+    env = {**os.environ, variable: value}
+    proc = subprocess.run(
+        [sys.executable, '-m', 'compatshim', *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+    first = proc.stderr.strip().splitlines()[0]
+    assert f'{variable}' in first and repr(value) in first and first.endswith(f'ignored: {said}'), proc.stderr
+    if argv[0] == 'run':
+        assert proc.returncode == 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
