@@ -56,6 +56,14 @@ class Accelerator:
         """How to make a timing event on it (``None``: a transform is timed in the host's CPU time)."""
         return None
 
+    def observes(self, device: Any) -> bool:
+        """Whether placement and bytes to the device can be observed on Composer ``device``: on the fake accelerator's
+        devices, not on plain ``DeviceCPU``, where host and device are one (every batch is on the host, every move a
+        no-op)."""
+        from compatshim._fake import _MovesToFake
+
+        return isinstance(device, _MovesToFake)
+
     def hardware(self) -> dict[str, Any]:
         """What a result's fingerprint says of the hardware beyond the host."""
         return {'gpu': None}
@@ -101,6 +109,9 @@ class _Cuda(Accelerator):
         import torch
 
         return {'gpu': torch.cuda.get_device_name(), 'cuda': torch.version.cuda}
+
+    def observes(self, device: Any) -> bool:
+        return True
 
 
 class _Mps(_Cuda):

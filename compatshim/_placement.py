@@ -31,3 +31,5 @@ class Placement(Word):
     NO_TRANSFORM = 'no transform'
     #: A leg that could not run on this release (its reason says why).
     UNAVAILABLE = 'unavailable'
+    #: Called, on a device where placement cannot be seen (Composer's plain ``DeviceCPU``: host and device are one).
+    UNOBSERVABLE = 'not observable'

@@ -89,6 +89,9 @@ class Steps:
     def __init__(self, clock: Callable[[], float] = time.perf_counter, transform_clock: Any = None) -> None:
         self.clock, self.transform_clock = clock, clock_for() if transform_clock is None else transform_clock
         self.counter = MoveCounter()  # installed on the trainer's device by the monitor
+        #: Whether placement and bytes to the device can be seen on the trainer's device (not on plain ``DeviceCPU``):
+        #: where they cannot, neither is logged nor said.
+        self.observable = True
         #: Steps per label over every run this recorder has seen (a checkpoint's included).
         self.steps_in_all: collections.Counter[str] = collections.Counter()
         self._open: Optional[_Open] = None
@@ -138,7 +141,7 @@ class Steps:
             series.calls.append(window.calls)
             series.places.update(window.places)
             where[name], metrics[f'{key}/calls'] = window.where, window.calls
-            if window.calls:
+            if window.calls and self.observable:
                 metrics[f'{key}/on_device'] = window.places[Placement.DEVICE] / window.calls
             if window.timed_later:
                 self._timed[window.id] = Timed(label, name, step)
@@ -154,8 +157,9 @@ class Steps:
         loop.waits.append(wait)
         loop.shares.append(wait / elapsed if elapsed > 0 else 0.0)
         metrics[f'data/{label}/wait_ms'], metrics[f'data/{label}/wait_share'] = wait * 1e3, loop.shares[-1]
-        metrics[f'data/{label}/bytes_to_device'] = loop.bytes[-1]
-        metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
+        if self.observable:
+            metrics[f'data/{label}/bytes_to_device'] = loop.bytes[-1]
+            metrics.update({f'data/{label}/bytes_to_device/{dtype}': n for dtype, n in moved.items() if n})
         return Ended(label, loop.steps, metrics, where)
 
     def collect(self, final: bool = False) -> list[Timed]:
@@ -180,7 +184,8 @@ class Steps:
             calls, fate = sum(one.calls), one.slot.fate
             ms = one.ms if one.ms and calls else None
             stage = one.slot.stage or (shim_stage if fate is Fate.PLACED else None)
-            where, per_step = summarize_places(one.places), statistics.median(one.calls)
+            where = summarize_places(one.places) if self.observable or not calls else Placement.UNOBSERVABLE
+            per_step = statistics.median(one.calls)
             median, in_all = (None, None) if ms is None else (statistics.median(ms), sum(ms))
             transforms[name] = TransformSummary(where, calls, per_step, median, stage, fate, in_all)
         dtypes = {dtype: n // max(loop.steps, 1) for dtype, n in loop.dtypes.most_common()}
@@ -189,7 +194,9 @@ class Steps:
         moved = statistics.median(loop.bytes) if loop.bytes else 0
         in_all = self.steps_in_all.get(label, loop.steps)
         dtypes = {dtype: n for dtype, n in dtypes.items() if n}
-        return Summary(label, composer, rank, loop.steps, in_all, transforms, moved, dtypes, waits, shares)
+        return Summary(
+            label, composer, rank, loop.steps, in_all, transforms, moved, dtypes, waits, shares, self.observable
+        )
 
 
 def summary_metrics(summary: Summary) -> dict[str, float]:
@@ -201,7 +208,8 @@ def summary_metrics(summary: Summary) -> dict[str, float]:
         metrics[f'{key}/{name}/median_calls'] = transform.calls_per_step
         if transform.ms_per_step is not None:
             metrics[f'{key}/{name}/median_time_ms'] = transform.ms_per_step
-    metrics[f'{key}/median_bytes_to_device'] = summary.bytes_per_step
+    if summary.observable:
+        metrics[f'{key}/median_bytes_to_device'] = summary.bytes_per_step
     if summary.wait_ms_per_step is not None and summary.wait_share is not None:
         metrics[f'{key}/median_wait_ms'] = summary.wait_ms_per_step
         metrics[f'{key}/median_wait_share'] = summary.wait_share
@@ -280,14 +288,16 @@ class TransformSummary:
     #: The time of every step kept (the last ones of a long loop), on the same clock as ``ms_per_step``.
     ms_in_all: Optional[float] = None
 
-    def text(self, name: str) -> str:
+    def text(self, name: str, observable: bool = True) -> str:
+        """``name`` and what it did, in words (``observable``: whether its placement could be seen)."""
         stage = f'stage {self.stage}' if self.stage else 'the shim is off' if self.fate is Fate.PLACED else ''
         if not self.calls:
             how = self.fate.value + (f', {stage}' if stage and self.fate is not Fate.DROPPED else '')
             return f'{name} never called ({how})'
         per_step = f'{self.calls_per_step:g} call{"" if self.calls_per_step == 1 else "s"}/step'
         time = '' if self.ms_per_step is None else f', {self.ms_per_step:.3g} ms/step'
-        return f'{name} on the {self.where!s}, {per_step}{time}' + (f' ({stage})' if stage else '')
+        where = 'called' if self.where is Placement.UNOBSERVABLE or not observable else f'on the {self.where!s}'
+        return f'{name} {where}, {per_step}{time}' + (f' ({stage})' if stage else '')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,13 +317,21 @@ class Summary:
     wait_ms_per_step: Optional[float] = None
     #: The median share of a step (host wall time, fetch included) spent waiting for that fetch.
     wait_share: Optional[float] = None
+    #: Whether placement and bytes to the device could be seen (not on Composer's plain ``DeviceCPU``, where host and
+    #: device are one): where they could not, ``where`` and the bytes are not figures, and the text says so.
+    observable: bool = True
 
     @property
     def text(self) -> str:
         """The summary in words: which loop, where each transform ran, what crossed to the device, how long the
         trainer waited for data."""
-        parts = '; '.join(t.text(name) for name, t in self.transforms.items()) or 'no transform seen'
+        parts = '; '.join(t.text(name, self.observable) for name, t in self.transforms.items()) or 'no transform seen'
         dtypes = ', '.join(f'{dtype} {n:,}' for dtype, n in self.bytes_by_dtype.items()) or 'none'
+        moved = (
+            f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes})'
+            if self.observable
+            else "placement and bytes to the device not observable (Composer's DeviceCPU: host and device are one)"
+        )
         more = f' ({self.steps_in_all} with the runs before a resume)' if self.steps_in_all > self.steps else ''
         waited = (
             ''
@@ -322,7 +340,7 @@ class Summary:
         )
         return (
             f"'{self.label}' (Composer {self.composer}, rank {self.rank}): {parts}; "
-            f'{self.bytes_per_step:,.0f} bytes/step to the device ({dtypes}){waited} over {self.steps} steps{more}'
+            f'{moved}{waited} over {self.steps} steps{more}'
         )
 
     @property

@@ -137,8 +137,10 @@ class TransformMonitor(Callback):
         self._steps.transform_clock = clock
 
     def init(self, state: State, logger: Logger) -> None:
-        self._accelerator = getattr(state.device, 'name', 'cpu') != 'cpu'
-        self._clock = _recorder.clock_for(of_device(state.device))
+        on = of_device(state.device)
+        # Placement is said, and warned of, only where it can be seen (not on plain DeviceCPU).
+        self._accelerator = self._steps.observable = on.observes(state.device)
+        self._clock = _recorder.clock_for(on)
         self._steps.counter.install(state.device)
         logger.log_hyperparameters(run_record(strict=self.strict))
 

@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 
 from compatshim import _dataspecs, _patching, _stages
 from compatshim._dataspecs import Fate, Slot
-from compatshim._patching import _MISSING
 from compatshim._state import STATE
 from compatshim._support import Family
 from compatshim._transforms import BatchHook, MicrobatchHook, Transform
@@ -188,14 +187,14 @@ class DeviceTransforms:
     def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
         if spec is None:
             return self
-        held = vars(spec).get('device_transforms', _MISSING)
-        if self.family is Family.HOST:
-            if isinstance(held, BatchHook) and sys._getframe(1).f_globals.get('__name__') != _TRAINER_MODULE:
-                return _default(spec) if held.given is None else held.given
-        elif held is _MISSING and _initialised(spec, self.family):
-            return _default(spec)
-        if held is _MISSING:
+        own = vars(spec)
+        if 'device_transforms' not in own:
+            if self.family is not Family.HOST and _initialised(spec, self.family):
+                return _default(spec)
             raise AttributeError(f"{type(spec).__name__!r} object has no attribute 'device_transforms'")
+        held = own['device_transforms']
+        if isinstance(held, BatchHook) and sys._getframe(1).f_globals.get('__name__') != _TRAINER_MODULE:
+            return _default(spec) if held.given is None else held.given  # 0.25-0.26: the trainer's reads get the hook
         return held
 
     def __set__(self, spec: Any, value: Any) -> None:

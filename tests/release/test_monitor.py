@@ -796,3 +796,40 @@ def test_the_run_records_compatshim_as_hyperparameters(shim: bool, tmp_path: Pat
     text = path.read_text()
     for key, value in found.items():
         assert f'[hyperparameter]: {key}: ' in text and str(value) in text, key
+
+
+@pytest.mark.parametrize('shim', [pytest.param(True, id='shim', marks=NEEDS_PATCH), pytest.param(False, id='no-shim')])
+def test_on_plain_device_cpu_it_claims_no_placement_and_no_bytes(shim: bool) -> None:
+    """Composer's own ``DeviceCPU`` (the default on a machine without a GPU): host and device are one, so where a
+    transform ran and what crossed to the device cannot be observed; the monitor says so, logs neither, and never
+    says the shim failed. A transform never called is still said (0.27–0.28 without the shim)."""
+    from composer.core import DataSpec
+    from composer.devices import DeviceCPU
+    from composer.loggers import InMemoryLogger
+
+    from compatshim.monitor import TransformMonitor
+
+    if shim:
+        compatshim.enable()
+    if FAMILY is Family.REJECTED and not shim:
+        pytest.skip(f'Composer {COMPOSER} rejects device_transforms without the shim (TypeError)')
+    monitor, logger = TransformMonitor(), InMemoryLogger()
+    spec = DataSpec(loader(16), device_transforms=Probe())
+    t, _ = trainer(
+        DeviceCPU(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor], loggers=[logger],
+        device_train_microbatch_size=4,
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        t.fit()
+    said = [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)]
+    line = monitor.summaries[-1].line
+    assert 'not observable' in line and 'bytes/step' not in line, line
+    assert 'on the host' not in line and 'on the device' not in line, line
+    assert not [key for key in logger.data if 'bytes_to_device' in key or key.endswith('/on_device')]
+    if FAMILY is Family.DROPPED and not shim:
+        assert 'device_transforms never called (dropped by Composer)' in line, line
+        assert any('is never called' in message for message in said), said
+    else:
+        assert 'device_transforms called, 1 call/step' in line, line
+        assert said == [], said
