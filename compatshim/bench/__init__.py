@@ -2,7 +2,8 @@
 :mod:`~compatshim.bench.reference` with its built-in pipelines in :mod:`~compatshim.bench.workload`) and your own
 pipeline (``--pipeline``, :mod:`~compatshim.bench.pipeline`); the legs and metrics (:mod:`~compatshim.bench.metrics`),
 the rule (:mod:`~compatshim.bench.rule`), the records and the store (:mod:`~compatshim.bench.results`), what people
-read (:mod:`~compatshim.bench.report`). Importing it imports nothing heavy; ``Pipeline`` imports torch when first used.
+read (:mod:`~compatshim.bench.report`) and what a pipeline's figures tell (:mod:`~compatshim.bench.verdicts`).
+Importing it imports nothing heavy; ``Pipeline`` imports torch when first used.
 """
 
 from typing import Any

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,19 +17,14 @@ from typing import Any, Callable, Optional, TextIO
 import compatshim
 from compatshim import _exits
 from compatshim._accelerator import accelerator
-from compatshim._placement import Placement
 from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import engine, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
+from compatshim.bench.verdicts import verdicts
 
 __all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
 
-#: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
-#: plugin advises more dataloader workers above 5%).
-WAIT_LIMIT = 0.05
-#: Rounds below which no timing verdict is given (the rank test of the gate needs as many: 5).
-VERDICT_ROUNDS = 5
 FIELDS = tuple(field.name for field in dataclasses.fields(Pipeline))
 
 
@@ -186,76 +180,6 @@ def refuse_unlike(
 
 
 # --- what it says -----------------------------------------------------------------------------------------------------
-
-
-def _factor(result: PipelineResult, slow: str, fast: str) -> tuple[Optional[float], str]:
-    """How many times as long ``slow``'s step takes as ``fast``'s, from the table's figures (the ratio of the two
-    median step times), with the range of the same ratio round by round; or ``None`` and why the samples cannot tell."""
-    a, b = result.step_ms(slow), result.step_ms(fast)
-    why = (result.unstable(slow) or result.unstable(fast)) if a and b else ''
-    if not a or not b or why:
-        return None, why
-    per_round = sorted(x / y for x, y in zip(a, b))
-    factor, spread = statistics.median(a) / statistics.median(b), f'x{per_round[0]:.2f} to x{per_round[-1]:.2f}'
-    if per_round[0] <= 1 <= per_round[-1] and not 0.95 <= factor <= 1.05:
-        return None, f'round by round the two legs swap places ({spread})'
-    return factor, f'per round {spread}'
-
-
-def _faster(factor: float, other: str) -> str:
-    """A factor against ``other`` as words that never call a slowdown faster."""
-    if 0.95 <= factor <= 1.05:
-        return f'as fast as {other} (x{factor:.2f})'
-    return f'x{factor:.2f} faster than {other}' if factor > 1 else f'x{1 / factor:.2f} slower than {other}'
-
-
-def verdicts(result: PipelineResult) -> list[str]:
-    """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound: each a
-    factor of the table's own figures with its spread, or "cannot tell" where the rounds cannot support one."""
-    out, legs = [], result.legs
-    unpatched, shim, mb = legs['unpatched'], legs['shim-batch'], legs['shim-microbatch']
-    if not unpatched.available:
-        out.append(f'unpatched cannot run here: {unpatched.reason}')
-    elif unpatched.placement is Placement.NEVER_CALLED:
-        out.append(
-            'unpatched never calls the transform here (Composer drops device_transforms): its steps skip the work '
-            'and feed the model raw batches'
-        )
-    if not result.affected:
-        out.append('the shim: this release runs device_transforms on the device itself; the shim patches nothing')
-    rounds = result.fingerprint['size']['rounds']
-    if rounds < VERDICT_ROUNDS:
-        return out + [
-            f'timing: no verdict from {rounds} rounds (--quick gates placement, calls and bytes only); run with '
-            f'{VERDICT_ROUNDS} rounds or more for the factors'
-        ]
-    ran = {name for name, leg in legs.items() if leg.available}
-    best = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in ran), '')
-    waits = legs[best].wait_share if best else None
-    if waits is not None:
-        bound = 'yes' if waits > WAIT_LIMIT else 'no'
-        out.append(f'input-bound: {bound} — {waits:.0%} of a {best} step waits for data (threshold {WAIT_LIMIT:.0%})')
-    plain = result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED
-    factors = [  # (slow leg, fast leg, when, what it is about, the words before the factor, against what, after)
-        ('unpatched', 'shim-batch', plain, 'the shim against unpatched',
-         f'the shim on this release (unpatched: {unpatched.placement}): a step', 'unpatched',
-         ''),
-        ('native-batch', 'shim-batch', {'native-batch', 'shim-batch'} <= ran, 'the shim against batch_transforms',
-         'against the workaround batch_transforms=fn (host), the shim: a step', 'the workaround', ''),
-        ('shim-microbatch', 'shim-batch', {'shim-microbatch', 'shim-batch'} <= ran, 'stage batch vs microbatch',
-         'stage batch vs microbatch: stage batch is', 'stage microbatch',
-         f'; {mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'),
-        (best, 'ceiling', waits is not None, 'data for free (the ceiling leg)',
-         'with data for free (the ceiling leg) a step would be', best, ''),
-    ]  # fmt: skip
-    for slow, fast, when, about, head, other, tail in factors:
-        factor, why = _factor(result, slow, fast) if when else (None, '')
-        if factor is not None:
-            out.append(f'{head} {_faster(factor, other)} ({why}){tail}')
-        elif why:
-            out.append(f'{about}: cannot tell — {why}')
-    return out
 
 
 def text(result: PipelineResult) -> str:

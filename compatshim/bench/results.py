@@ -161,7 +161,8 @@ class Result:
         return [] if found is None or not found.available else [s * 1e3 / steps for s in found.round_s]
 
     def unstable(self, leg: str) -> str:
-        """Why the leg's rounds cannot support a timing verdict ('' when they can)."""
+        """Why the leg's rounds are marked unstable in the table ('' when they are not): the machine was busy, or the
+        leg varies (a verdict reads the pair's ratios round by round, which tell the two apart)."""
         step = self.step_ms(leg)
         if len(step) < 2:
             return f'{leg} has one round' if step else f'{leg} was not timed'
