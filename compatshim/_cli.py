@@ -169,36 +169,33 @@ def judge_against(result: Any, baselines: Any) -> int:
 
 
 def _report_command(args: argparse.Namespace) -> int:
+    """``compatshim report``: every precondition checked first and every problem said in one message, the results'
+    first (exit 2, nothing written); then judge, write, record."""
     from compatshim._support import split_env
     from compatshim.bench import report, results, rule
 
-    if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
-        print(
-            f'compatshim report: --baselines {args.baselines}: no such directory (--record writes the first baselines '
-            'there)',
-            file=sys.stderr,
-        )
-        return _exits.NOT_DONE
-    if not args.no_png and importlib.util.find_spec('matplotlib') is None:
-        print(
-            'compatshim report: the charts need matplotlib (pip install "compatshim[bench]"); or pass --no-png',
-            file=sys.stderr,
-        )
-        return _exits.NOT_DONE
-    try:
-        found = results.gather(args.results)
-    except ValueError as exc:
-        print(f'compatshim report: {exc}', file=sys.stderr)
-        return _exits.NOT_DONE
+    found, problems = results.read(args.results)
     if args.envs:
         wanted = set(args.envs.split(','))
         found = [r for r in found if r.env in wanted or split_env(r.env)[0] in wanted]
-    if not found:
-        print(
-            f'compatshim report: no bench results in {", ".join(args.results)}; measure them first '
-            '(tox -m report, or compatshim bench --out DIR/ENV.json)',
-            file=sys.stderr,
+    if not found and not problems:
+        envs = f' of {args.envs}' if args.envs else ''
+        problems.append(
+            f'no bench results{envs} in {", ".join(args.results)}; measure them first (tox -m report, or compatshim '
+            'bench --out DIR/ENV.json)'
         )
+    if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
+        problems.append(f'--baselines {args.baselines}: no such directory (--record writes the first baselines there)')
+    if not args.no_png and importlib.util.find_spec('matplotlib') is None:
+        problems.append('the charts need matplotlib (pip install "compatshim[bench]"); or pass --no-png')
+    problems += [problem.removeprefix('compatshim: ') for problem in getattr(args, 'setting_problems', [])]
+    if len(problems) == 1:
+        print(f'compatshim report: {problems[0]} (nothing was judged)', file=sys.stderr)
+    elif problems:
+        print(f'compatshim report: nothing was judged; {len(problems)} problems:', file=sys.stderr)
+        for problem in problems:
+            print(f'  - {problem}', file=sys.stderr)
+    if problems:
         return _exits.NOT_DONE
     judged: dict[str, list[report.Judged]] = {}
     missing: list[str] = []
@@ -251,16 +248,17 @@ def _standing_in(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``compatshim`` console script and ``python -m compatshim``. Every command checks every
     ``COMPATSHIM_`` variable first, before it imports or runs anything: a value that is not allowed is one line and
-    exit 2."""
+    exit 2 (``compatshim report`` says it with its other preconditions, in one message)."""
     args = parser().parse_args(argv)
     problems, ignored = _settings.check_environment(os.environ, _standing_in(args))
     if args.subcommand != 'doctor':  # the doctor says an ignored variable itself, as enable() warns of it
         for line in ignored:
             print(f'{line} (compatshim {args.subcommand})', file=sys.stderr)
-    if problems:
+    if problems and args.subcommand != 'report':  # the report says them with its other preconditions
         nothing = f'compatshim {args.subcommand}: nothing was {_NOTHING[args.subcommand]}'
         print(f'{_settings.one_message(problems)} ({nothing})', file=sys.stderr)
         return _exits.NOT_DONE
+    args.setting_problems = problems
     return int(args.func(args))
 
 

@@ -254,8 +254,10 @@ def run(
         try:
             baseline = store.load(compare_to)
         except UnreadableResult as exc:
+            other = f', or compare with {exc.reader}' if exc.reader else ''
             raise ValueError(
                 f'{store.path(compare_to).as_posix()} cannot be used: {exc}; save it again with --save {compare_to}'
+                f'{other}'
             ) from None
         if baseline is None:
             raise ValueError(

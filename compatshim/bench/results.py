@@ -18,8 +18,20 @@ from typing import Any, ClassVar, Optional, Union
 
 from compatshim._placement import Placement, Word
 from compatshim._support import UNAFFECTED_FAMILY
+from compatshim._version import __version__
 
-__all__ = ['SCHEMA', 'BenchResult', 'LegResult', 'PipelineResult', 'Result', 'Store', 'gather', 'spread']
+__all__ = [
+    'SCHEMA',
+    'BenchResult',
+    'LegResult',
+    'PipelineResult',
+    'Result',
+    'Store',
+    'gather',
+    'read',
+    'spread',
+    'written_by',
+]
 
 #: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
 #: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.
@@ -47,7 +59,12 @@ def spread(samples: list[float], fmt: str = '.3f') -> str:
 
 
 class UnreadableResult(ValueError):
-    """A stored result that is not one this compatshim reads (another kind, another schema): the message says which."""
+    """A stored result that is not one this compatshim reads (another kind, another schema): the message says which;
+    ``reader`` names the compatshim that reads it (``''``: none does, it is not a result of this command)."""
+
+    def __init__(self, message: str, reader: str = '') -> None:
+        super().__init__(message)
+        self.reader = reader
 
 
 class LegStatus(Word):
@@ -190,12 +207,28 @@ class Result:
 
     @classmethod
     def from_json(cls, data: Any) -> Any:
-        """Read a stored result of this kind; another kind or schema is refused, naming it."""
-        if not isinstance(data, dict) or data.get('kind') != cls.kind:
-            found = data.get('kind') if isinstance(data, dict) else type(data).__name__
-            raise UnreadableResult(f'it is not a result of {cls.command} (kind {found!r})')
-        if data.get('schema') != SCHEMA:
-            raise UnreadableResult(f'it is a result of schema {data.get("schema")}; this compatshim reads {SCHEMA}')
+        """Read a stored result of this kind; another kind, or a schema other than :data:`SCHEMA`, is refused, naming
+        what it is and which compatshim wrote it (:func:`written_by`)."""
+        written = written_by(data)
+        if written is None:
+            raise UnreadableResult(f'it is not a result of {cls.command}')
+        kind, schema, version = written
+        if kind is not cls:
+            raise UnreadableResult(f'it is a result of {kind.command}, not of {cls.command}')
+        if schema != SCHEMA:
+            writer = f'compatshim {version}' if version else 'an earlier compatshim'
+            newer = isinstance(schema, int) and schema > SCHEMA
+            if newer:
+                reader = 'a newer compatshim (pip install --upgrade compatshim)'
+            elif version and version != __version__:
+                reader = f'compatshim {version} (pip install compatshim=={version})'
+            else:
+                reader = f'the compatshim that wrote it (result schema {schema})'
+            raise UnreadableResult(
+                f'it is a result of {cls.command} written by {writer} at result schema {schema}; this compatshim '
+                f'({__version__}) reads schema {SCHEMA} only',
+                reader,
+            )
         fields = known(cls, data)
         for name in ('legs', 'recipe'):
             if name in fields:
@@ -249,6 +282,22 @@ class PipelineResult(Result):
     verdicts: list[str] = dataclasses.field(default_factory=list)
     kind: ClassVar[str] = 'pipeline'
     command: ClassVar[str] = 'compatshim bench --pipeline'
+
+
+def written_by(data: Any) -> Optional[tuple[type[Result], Any, Optional[str]]]:
+    """What a stored file holds, as far as it says: the kind of result, its schema and the compatshim version that
+    wrote it (``None``: not a result of either bench). Before schema 5 a result named no kind: a reference result has
+    an ``env``, a pipeline result a ``pipeline``."""
+    if not isinstance(data, dict) or not isinstance(data.get('fingerprint'), dict) or 'legs' not in data:
+        return None
+    kind = data.get('kind')
+    if kind is None and 'schema' in data:
+        kind = PipelineResult.kind if 'pipeline' in data else BenchResult.kind if 'env' in data else None
+    found = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}.get(str(kind))
+    if found is None:
+        return None
+    version = data['fingerprint'].get('compatshim')
+    return found, data.get('schema'), version if isinstance(version, str) else None
 
 
 def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -327,25 +376,52 @@ class Store:
         return path
 
 
-def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
+#: What measures a reference result again with this compatshim.
+MEASURE_AGAIN = 'measure it again with this compatshim (compatshim bench --out FILE, or tox -m report)'
+
+
+def read(paths: Iterable[PathLike]) -> tuple[list[BenchResult], list[str]]:
     """Every reference result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives
-    the results it holds), sorted by device, Composer release, torch (``ValueError`` naming a path that is missing or a
-    file that is neither a bench result nor a report)."""
+    the results it holds), sorted by device, Composer release, torch, and every problem on the way, one line each: a
+    path that is missing, a file that is neither a bench result nor a report, a result this compatshim does not read
+    (which compatshim wrote it, and what to do; files with the same problem in one line)."""
     from packaging.version import Version
 
     found: list[BenchResult] = []
+    problems: dict[str, list[str]] = {}  # what is wrong with the files -> the files (none: the message is whole)
     for root in map(Path, paths):
         if not root.exists():
-            raise ValueError(f'{root}: no such file or directory')
+            problems.setdefault(f'{root}: no such file or directory', [])
+            continue
         for file in sorted(root.rglob('*.json')) if root.is_dir() else [root]:
             try:
                 data = json.loads(file.read_text())
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
+            except UnreadableResult as exc:
+                what = f': {exc}; {MEASURE_AGAIN}, or judge it with {exc.reader}' if exc.reader else f'{NEITHER}{exc}'
+                problems.setdefault(what, []).append(str(file))
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                what = 'a bench result (compatshim bench --out) nor a report'
-                raise ValueError(f'{file} is neither {what}: {exc}') from exc
-    return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0])))
+                problems.setdefault(f'{NEITHER}{type(exc).__name__}: {exc}', []).append(str(file))
+    lines = [_shown(files) + what if files else what for what, files in problems.items()]
+    return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0]))), lines
+
+
+#: What follows a file that ``compatshim report --results`` cannot read at all.
+NEITHER = ' is neither a bench result (compatshim bench --out) nor a report: '
+
+
+def _shown(files: list[str]) -> str:
+    """Files with one problem: the first, and how many more."""
+    return files[0] if len(files) == 1 else f'{files[0]} (and {len(files) - 1} more files)'
+
+
+def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
+    """:func:`read`, where any problem is a ``ValueError`` naming every one (one line each)."""
+    found, problems = read(paths)
+    if problems:
+        raise ValueError('\n'.join(problems))
+    return found
 
 
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:

@@ -244,14 +244,15 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert exited.value.code == 0 and capsys.readouterr().out.strip() == f'compatshim {compatshim.__version__}'
 
 
-#: Each command as a user types it, with arguments that would pass (a report's paths need not exist: the settings are
-#: checked first).
+ROOT = Path(__file__).resolve().parents[2]
+#: Each command as a user types it, with arguments that would pass.
 COMMANDS = {
     'run': ['run', '--', 'true'],
     'doctor': ['doctor'],
     'bench': ['bench'],
     'bench --pipeline': ['bench', '--pipeline', 'my_project.bench:pipeline'],
-    'report': ['report', '--results', 'results', '--baselines', 'baselines', '--out', 'out', '--no-png'],
+    'report': ['report', '--results', str(ROOT / 'matrix' / 'reports' / 'cpu' / 'report.json'), '--baselines']
+    + [str(ROOT / 'matrix' / 'baselines'), '--out', 'out', '--no-png'],
 }
 #: A typo in each variable compatshim reads, and what its one line must say (the variable, the value, what is allowed).
 TYPOS = {
