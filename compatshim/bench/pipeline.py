@@ -11,7 +11,6 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 import compatshim
@@ -260,9 +259,7 @@ def run(
                 f'{other}'
             ) from None
         if baseline is None:
-            raise ValueError(
-                f'no baseline {compare_to!r} in {Path(store.root).as_posix()}; save one with --save {compare_to}'
-            )
+            raise ValueError(store.absent(compare_to))
     if size is None and baseline is not None:  # the baseline's size when comparing with one
         try:
             size = Size(**known(Size, baseline.fingerprint['size']))

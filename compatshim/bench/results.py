@@ -354,6 +354,20 @@ class Store:
             raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
         return self.root / f'{name}.json'
 
+    def absent(self, name: str) -> str:
+        """What to say when there is no baseline ``name``: the baselines there are (and the one a typo meant)."""
+        import difflib
+
+        there = sorted(path.stem for path in self.root.glob('*.json') if NAME.match(path.stem))
+        where = f'no baseline {name!r} in {self.root.as_posix()}'
+        if not there:
+            return f'{where} (it holds none yet); save one with --save {name}'
+        held = f'{where}, which holds {", ".join(there)}'
+        meant = difflib.get_close_matches(name, there, n=1)
+        if meant:
+            return f'{held}: did you mean --compare {meant[0]}? (--save {name} saves a new one)'
+        return f'{held}; save one with --save {name}'
+
     def load(self, name: str) -> Optional[Any]:
         """The baseline ``name`` (``None``: there is none); :class:`UnreadableResult` if it cannot be read."""
         path = self.path(name)

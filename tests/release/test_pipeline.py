@@ -191,6 +191,17 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
     assert files() == before, 'nothing written'
 
 
+def test_a_baseline_name_that_does_not_exist_lists_those_that_do(user_repo: Path, capsys: Any) -> None:
+    """``--compare mian``: refused before anything runs, naming the baselines there and the one it meant."""
+    baselines = user_repo / '.compatshim' / 'benchmarks'
+    baselines.mkdir(parents=True)
+    (baselines / 'main.json').write_text((RECORDED / 'main.json').read_text())
+    code, out, err = _bench(capsys, '--compare', 'mian')
+    lines = err.strip().splitlines()
+    assert code == 2 and out == '' and len(lines) == 1, err
+    assert "no baseline 'mian' in .compatshim/benchmarks, which holds main: did you mean --compare main?" in lines[0]
+
+
 def test_the_pytest_fixture_holds_the_gate_beside_the_users_tests(user_repo: Path, pytester: pytest.Pytester) -> None:
     """A user's test with ``compatshim_bench`` against the baseline the command line saved (at its own size, not
     quick: the fixture measures at the baseline's size): an unchanged pipeline passes and saves, a float32 collate fails
