@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,14 +65,14 @@ def _doctor_command(args: argparse.Namespace) -> int:
     return int(report['exit_code'])
 
 
-def _summary(result: Any) -> str:
-    """What a bench run measured (the judging is ``compatshim report``'s)."""
+def _summary(result: Any, started: float) -> str:
+    """What a bench run measured (the judging is ``compatshim report``'s); ``started``: when the command did."""
     from compatshim.bench import report
 
     planted = f', {result.planted_text}' if result.planted else ''
-    head = (
-        f'{result.env} ({result.family}), size {result.fingerprint["size"]["name"]}, {result.elapsed_s:.0f} s{planted}'
-    )
+    size, took = result.fingerprint['size']['name'], report.seconds(result, time.perf_counter() - started)
+    head = f'{result.env} ({result.family}), size {size}, {took}{planted}'
+
     return report.text(result, head, report.reference_lines(result))
 
 
@@ -111,7 +112,7 @@ def _pipeline_command(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, ImportError) as exc:
         print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)
         return _exits.NOT_DONE
-    print(pipeline.text(gated.result))
+    print(pipeline.text(gated.result, time.perf_counter() - args.started))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(gated.result.to_json(), indent=1) + '\n')
@@ -150,7 +151,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    print(_summary(result))
+    print(_summary(result, args.started))
     return _exits.OK if not args.baselines else judge_against(result, args.baselines)
 
 
@@ -249,7 +250,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``compatshim`` console script and ``python -m compatshim``. Every command checks every
     ``COMPATSHIM_`` variable first, before it imports or runs anything: a value that is not allowed is one line and
     exit 2 (``compatshim report`` says it with its other preconditions, in one message)."""
+    started = time.perf_counter()  # what a bench's head says the command took (importing compatshim: milliseconds)
     args = parser().parse_args(argv)
+    args.started = started
     problems, ignored = _settings.check_environment(os.environ, _standing_in(args))
     if args.subcommand != 'doctor':  # the doctor says an ignored variable itself, as enable() warns of it
         for line in ignored:

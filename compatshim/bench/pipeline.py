@@ -181,11 +181,12 @@ def refuse_unlike(
 # --- what it says -----------------------------------------------------------------------------------------------------
 
 
-def text(result: PipelineResult) -> str:
-    """What a person reads: the leg table (:func:`compatshim.bench.report.text`), then the verdicts."""
+def text(result: PipelineResult, wall_s: Optional[float] = None) -> str:
+    """What a person reads: the leg table (:func:`compatshim.bench.report.text`), then the verdicts; the head says the
+    seconds the run measured, and of how many the command took (``wall_s``: imports and checks included)."""
     head = (
         f'compatshim bench --pipeline {result.pipeline} (Composer {result.composer}, torch {result.torch}, '
-        f'{result.fingerprint["samples_per_step"]} samples/step, {result.elapsed_s:.0f} s)'
+        f'{result.fingerprint["samples_per_step"]} samples/step, {report.seconds(result, wall_s)})'
     )
     return report.text(result, head, ['  verdicts:', *(f'    {verdict}' for verdict in result.verdicts)])
 

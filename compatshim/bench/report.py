@@ -31,7 +31,17 @@ from compatshim.bench.results import (
     spread,
 )
 
-__all__ = ['CHARTS', 'Judged', 'legs_table', 'markdown', 'plain_words', 'reference_lines', 'text', 'write']
+__all__ = [
+    'CHARTS',
+    'Judged',
+    'legs_table',
+    'markdown',
+    'plain_words',
+    'reference_lines',
+    'seconds',
+    'text',
+    'write',
+]
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
@@ -56,10 +66,11 @@ def plain_words(leg: LegResult) -> str:
 
 def legs_table(result: Result) -> list[str]:
     """Per leg: step ms and samples/s (median ± IQR over the rounds; *unstable* when its rounds spread by more than
-    :data:`~compatshim.bench.results.UNSTABLE` of their median), where the transform saw its batch, its calls and its
-    share of the step, the wait for data (wall time) and its share, the bytes that crossed per step by dtype."""
+    :data:`~compatshim.bench.results.UNSTABLE` of their median), where the transform saw its batch (*placement*), its
+    calls and its share of the step (*transform share*), the wait for data (wall time) and its share, the bytes that
+    crossed per step by dtype."""
     lines = [
-        f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"transform":14}{"calls/step":>11}  {"transform":>9}  '
+        f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"placement":14}{"calls/step":>11}  {"transform share":>15}  '
         f'{"waits for data":>18}  bytes/step to the device'
     ]
     for name, leg in result.legs.items():
@@ -74,9 +85,16 @@ def legs_table(result: Result) -> list[str]:
         unstable = ' (unstable)' if len(result.step_ms(name)) > 1 and result.unstable(name) else ''
         lines.append(
             f'  {name:19}{spread(result.step_ms(name), ".2f"):>16}{speed:>16}  {leg.placement!s:14}{calls:>11}  '
-            f'{share:>9}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
+            f'{share:>15}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
         )
     return lines
+
+
+def seconds(result: Result, wall_s: Optional[float] = None) -> str:
+    """The seconds a run measured (legs built, checked and timed), and of how many its command took where known
+    (Python's imports, Composer's, the pipeline's module and the checks before it measured)."""
+    measured = f'measured {result.elapsed_s:.0f} s'
+    return measured if wall_s is None else f'{measured} of {max(wall_s, result.elapsed_s):.0f} s'
 
 
 def text(result: Result, head: str, more: list[str]) -> str:

@@ -11,6 +11,7 @@ edge of its minimum effect (twice as slow) is judged on recorded samples in ``te
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,8 @@ def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any)
     # --quick's 3 rounds support no timing verdict: it says so, and prints no factor
     assert 'timing: no verdict from 3 rounds' in out and ' faster' not in out and ' slower' not in out
     assert 'torch threads 1 (fixed)' in out
+    head = re.search(r', measured (\d+) s of (\d+) s\)$', out.splitlines()[0])  # what it measured, of what it took
+    assert head and int(head[1]) <= int(head[2]), out.splitlines()[0]
     for leg, found in legs.items():
         if found['status'] == 'ran':
             line = _leg_line(out, leg)
