@@ -249,7 +249,13 @@ def support_table() -> str:
     """The support table, one line per row of ``TESTED_RELEASES`` on the default Python (the Python factor's rows
     repeat a release on other interpreters): the README's and the docs'."""
     rows = [r for r in _support.TESTED_RELEASES if r.python == _support.DEFAULT_PYTHON]
-    header = ('Composer', 'torch (matrix)', 'the argument without the shim', 'the attribute without the shim', '`enable()`')
+    header = (
+        'Composer',
+        'torch (matrix)',
+        'the argument without the shim',
+        'the attribute without the shim',
+        '`enable()`',
+    )
     return _table(header, [(r.composer, r.torch, BEHAVIOUR[r.family], ATTRIBUTE[r.family], verdict(r)) for r in rows])
 
 
