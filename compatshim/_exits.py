@@ -53,11 +53,13 @@ TABLE: tuple[tuple[int, dict[str, str]], ...] = (
             'compatshim doctor': 'nothing checked: a setting that is not allowed, Composer or torch missing, a release '
             'outside the support table without --allow-untested, or the --device asked for absent',
             'compatshim run -- COMMAND': 'nothing run: a setting that is not allowed, or no COMMAND given',
-            'compatshim bench': 'nothing measured: bad input (an unknown size or device, a planted value out of range, '
+            'compatshim bench': 'nothing measured: a setting that is not allowed (a COMPATSHIM_ variable), bad input '
+            '(an unknown size or device, a planted value out of range, '
             'a missing --baselines directory; with --pipeline: a bad MODULE:CALLABLE, an import error in your module, '
             'a callable that returns no pipeline, a bad or missing baseline name, a pipeline baseline that is not '
             'comparable: refused before any leg runs), no Composer, or the --device asked for absent',
-            'compatshim report': 'nothing judged: bad input (a file that is not a result, no results, a missing '
+            'compatshim report': 'nothing judged: a setting that is not allowed (a COMPATSHIM_ variable), bad input '
+            '(a file that is not a result, no results, a missing '
             'baselines directory without --record), or no matplotlib for the charts without --no-png',
         },
     ),
