@@ -12,11 +12,9 @@ imports Composer enables the shim itself).
 Importing this package patches nothing and imports neither torch nor Composer.
 """
 
-from compatshim._api import ShimStatus, Verdict, disable, enable, enabled, status
-from compatshim._settings import KILL_SWITCH
-from compatshim._stages import STAGES
-from compatshim._state import get_original, is_patched
 from compatshim._version import __version__
+from compatshim.config.settings import KILL_SWITCH
+from compatshim.config.stages import STAGES
 from compatshim.errors import (
     CompatShimError,
     CompatShimWarning,
@@ -27,6 +25,8 @@ from compatshim.errors import (
     UnexpectedComposerShapeError,
     UnsupportedComposerWarning,
 )
+from compatshim.shim.api import ShimStatus, Verdict, disable, enable, enabled, status
+from compatshim.shim.registry import get_original, is_patched
 
 __all__ = [
     'KILL_SWITCH',

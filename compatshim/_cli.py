@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim import _exits, _settings
-from compatshim._stages import STAGES
-from compatshim._support import DEVICES
+from compatshim import _exits
+from compatshim.config import settings
+from compatshim.config.stages import STAGES
+from compatshim.config.support import DEVICES
 from compatshim.errors import CompatShimWarning, ConfigurationError
 
 __all__ = ['main']
@@ -137,7 +138,7 @@ def _bench_command(args: argparse.Namespace) -> int:
         from compatshim.bench.workload import default_size
 
         if args.size is None:
-            args.size = _settings.bench_size() or default_size(args.device)
+            args.size = settings.bench_size() or default_size(args.device)
         result = reference.measure(
             args.device,
             args.size,
@@ -172,8 +173,8 @@ def judge_against(result: Any, baselines: Any) -> int:
 def _report_command(args: argparse.Namespace) -> int:
     """``compatshim report``: every precondition checked first and every problem said in one message, the results'
     first (exit 2, nothing written); then judge, write, record."""
-    from compatshim._support import split_env
     from compatshim.bench import report, results, rule
+    from compatshim.config.support import split_env
 
     found, problems = results.read(args.results)
     if args.envs:
@@ -236,13 +237,13 @@ def _standing_in(args: argparse.Namespace) -> dict[str, str]:
     them is ignored, and said in one line)."""
     given = {}
     if getattr(args, 'stage', None):
-        given[_settings.STAGE_VAR] = f'--stage {args.stage}'
+        given[settings.STAGE_VAR] = f'--stage {args.stage}'
     if getattr(args, 'allow_untested', False):
-        given[_settings.ALLOW_UNTESTED_VAR] = '--allow-untested'
+        given[settings.ALLOW_UNTESTED_VAR] = '--allow-untested'
     if getattr(args, 'monitor', None):
-        given[_settings.MONITOR_VAR] = '--monitor' + ('=strict' if args.monitor == 'strict' else '')
+        given[settings.MONITOR_VAR] = '--monitor' + ('=strict' if args.monitor == 'strict' else '')
     if getattr(args, 'size', None):
-        given[_settings.BENCH_SIZE_VAR] = f'--size {args.size}'
+        given[settings.BENCH_SIZE_VAR] = f'--size {args.size}'
     return given
 
 
@@ -253,13 +254,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.perf_counter()  # what a bench's head says the command took (importing compatshim: milliseconds)
     args = parser().parse_args(argv)
     args.started = started
-    problems, ignored = _settings.check_environment(os.environ, _standing_in(args))
+    problems, ignored = settings.check_environment(os.environ, _standing_in(args))
     if args.subcommand != 'doctor':  # the doctor says an ignored variable itself, as enable() warns of it
         for line in ignored:
             print(f'{line} (compatshim {args.subcommand})', file=sys.stderr)
     if problems and args.subcommand != 'report':  # the report says them with its other preconditions
         nothing = f'compatshim {args.subcommand}: nothing was {_NOTHING[args.subcommand]}'
-        print(f'{_settings.one_message(problems)} ({nothing})', file=sys.stderr)
+        print(f'{settings.one_message(problems)} ({nothing})', file=sys.stderr)
         return _exits.NOT_DONE
     args.setting_problems = problems
     return int(args.func(args))
@@ -365,7 +366,7 @@ def parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         '--size',
-        choices=_settings.BENCH_SIZES,
+        choices=settings.BENCH_SIZES,
         default=None,
         help='workload size (default: COMPATSHIM_BENCH_SIZE, else cpu on cpu, gpu on cuda/mps)',
     )

@@ -20,10 +20,12 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from compatshim import _api, _exits, _settings
-from compatshim._api import Verdict
-from compatshim._state import STATE
+from compatshim import _exits
+from compatshim.config import settings as _settings
 from compatshim.errors import CompatShimWarning
+from compatshim.shim import api
+from compatshim.shim.api import Verdict
+from compatshim.shim.registry import STATE
 
 __all__ = ['SelfCheck', 'conclude', 'diagnose', 'text']
 
@@ -51,7 +53,7 @@ class SelfCheck:
 
 
 def _devices() -> dict[str, bool]:
-    from compatshim._accelerator import ACCELERATORS
+    from compatshim.devices.accelerator import ACCELERATORS
 
     return {name: found.absent() is None for name, found in ACCELERATORS.items() if name != 'cpu'}
 
@@ -138,7 +140,7 @@ def _child_main(argv: Sequence[str]) -> int:
         warnings.simplefilter('ignore')
         import composer  # noqa: F401 - first, so that a compatshim run hook fires now, and is undone just below
 
-        _api.disable()
+        api.disable()
         present = _devices()
         kind = device or ('cuda' if present['cuda'] else 'mps' if present['mps'] else 'cpu')
         out['devices'], out['kind'] = {'cpu': True, **present}, kind
@@ -147,7 +149,7 @@ def _child_main(argv: Sequence[str]) -> int:
         else:
             out['without_shim'] = dataclasses.asdict(_self_check(kind, shim=False))
             try:
-                _api.enable(stage, allow_untested=untested)
+                api.enable(stage, allow_untested=untested)
             except Exception as exc:  # noqa: BLE001 - the message is the finding (shape error, bad kill switch)
                 out['enable_error'] = f'{type(exc).__name__}: {exc}'
             out['with_shim'] = dataclasses.asdict(_self_check(kind, shim=True))
@@ -195,7 +197,7 @@ def diagnose(
     """
     from compatshim._bootstrap import armed
 
-    before = _api.status()
+    before = api.status()
     enabled_by = before.enabled_by or ('compatshim run' if armed() else None)
     settings = _settings.resolve(
         stage if stage is not None else before.stage,  # this process's stage, if enabled, counts as given
@@ -231,7 +233,7 @@ def diagnose(
         )
         return report
     if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
-        from compatshim.patches import TARGETS
+        from compatshim.shim.targets import TARGETS
 
         report['would_patch'] = list(TARGETS)
     child = _run_child(device, stage, untested)

@@ -2,9 +2,9 @@
 
 It logs, per step and dataloader label, where each transform a DataSpec was given saw its input, its calls, their
 time, the bytes moved to the device and the wait for data, and a summary at the end of each fit, eval and predict (the
-keys: docs/monitor.md; the recorder and its policy: :mod:`compatshim._steps`). It never makes the host wait for the
-device, never reads tensor data and makes no collective call. Importing this module arms the observe-only watch of
-``DataSpec.__init__`` (:func:`compatshim.patches.watch.watch`). Imports Composer.
+keys: docs/monitor.md; the recorder and its policy: :mod:`compatshim.observe.steps`). It never makes the host wait for
+the device, never reads tensor data and makes no collective call. Importing this module arms the observe-only watch of
+``DataSpec.__init__`` (:func:`compatshim.observe.watch.watch`). Imports Composer.
 """
 
 from __future__ import annotations
@@ -21,16 +21,19 @@ from composer.core import Callback, State
 from composer.loggers import Logger
 from composer.utils import dist
 
-from compatshim import _dataspecs, _patching, _recorder, _settings, _steps
-from compatshim._accelerator import of_device
-from compatshim._dataspecs import Fate, Note
-from compatshim._placement import Placement
-from compatshim._state import STATE
-from compatshim._steps import Summary, Target, TransformSummary
-from compatshim._support import installed
+from compatshim.config import settings
+from compatshim.config.support import installed
+from compatshim.devices.accelerator import of_device
 from compatshim.errors import CompatShimWarning, TransformPlacementError
-from compatshim.patches.watch import unwatch as _unwatch_dataspecs
-from compatshim.patches.watch import watch
+from compatshim.observe import recorder as _recorder
+from compatshim.observe import steps as _steps
+from compatshim.observe.placement import Placement
+from compatshim.observe.steps import Summary, Target, TransformSummary
+from compatshim.observe.watch import unwatch as _unwatch_dataspecs
+from compatshim.observe.watch import watch
+from compatshim.shim import notes, patching
+from compatshim.shim.notes import Fate, Note
+from compatshim.shim.registry import STATE
 
 __all__ = [
     'Summary',
@@ -51,11 +54,11 @@ class _Watched:
     def __init__(self, spec: Any, note: Note, tap: Callable[[Any], Any]) -> None:
         self.spec, self.spec_name = spec, note.spec_name
         #: The note the DataSpec held when it was tapped: a new one (a transform assigned since) is tapped anew.
-        self.held_note = _dataspecs.held_note(spec)
+        self.held_note = notes.held_note(spec)
         self.targets: list[Target] = []
-        self._swaps: list[_patching.Swap] = []
+        self._swaps: list[patching.Swap] = []
         for slot in note.slots.values():
-            tapped, swaps = _dataspecs.tap(slot, tap)
+            tapped, swaps = notes.tap(slot, tap)
             self.targets.append(Target(slot, tapped))
             self._swaps += swaps
         #: The tap of its device_transforms (``None``: none given, or nothing will call it).
@@ -68,7 +71,7 @@ class _Watched:
 
     def is_current(self, spec: Any) -> bool:
         """Whether this is ``spec`` as it was tapped (nothing assigned to its ``device_transforms`` since)."""
-        return self.spec is spec and self.held_note is _dataspecs.held_note(spec)
+        return self.spec is spec and self.held_note is notes.held_note(spec)
 
 
 def _label(state: State) -> str:
@@ -214,24 +217,22 @@ class TransformMonitor(Callback):
         loader = state.dataloader
         if label in ('train', 'predict'):
             spec = _running(label)
-            if _dataspecs.over(spec, loader):
-                found = _dataspecs.noted(spec)
+            if notes.over(spec, loader):
+                found = notes.noted(spec)
                 return None if found is None else (spec, found)
-            return _dataspecs.find(loader)
+            return notes.find(loader)
         evaluators = reversed(getattr(state, 'evaluators', None) or [])
-        spec = next(
-            (e.dataloader for e in evaluators if e.label == label and _dataspecs.over(e.dataloader, loader)), None
-        )
+        spec = next((e.dataloader for e in evaluators if e.label == label and notes.over(e.dataloader, loader)), None)
         if spec is None:
-            return _dataspecs.find(loader)
-        held = {s.name: s for s in _dataspecs.held_slots(spec)}
-        return spec, _dataspecs.noted(spec) or Note(_dataspecs.spec_name(spec), held)
+            return notes.find(loader)
+        held = {s.name: s for s in notes.held_slots(spec)}
+        return spec, notes.noted(spec) or Note(notes.spec_name(spec), held)
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
         cached = self._current.get(label)
         if label in self._current and (
-            cached is None or (_dataspecs.over(cached.spec, state.dataloader) and cached.is_current(cached.spec))
+            cached is None or (notes.over(cached.spec, state.dataloader) and cached.is_current(cached.spec))
         ):
             return cached
         self._current[label] = watched = self._watch_found(self._find(state, label), label)
@@ -305,7 +306,7 @@ class TransformMonitor(Callback):
     def _complain(self, watched: _Watched, where: Placement, label: str) -> None:
         if id(watched.spec) not in self._warned or self.strict:
             self._warned.add(id(watched.spec))
-            on = {'kill_switch': _settings.kill_switch_on(), 'shim_on': STATE.active}
+            on = {'kill_switch': settings.kill_switch_on(), 'shim_on': STATE.active}
             self._say(_steps.placement_warning(where, watched.spec_name, label, self.composer, **on))
 
     def _say(self, message: str) -> None:
@@ -316,16 +317,16 @@ class TransformMonitor(Callback):
 
 #: The monitor's own patch set (``Trainer.__init__``, while attaching to every Trainer of the run), and the arguments
 #: of the monitor it adds.
-ATTACHING = _patching.PatchSet('compatshim.monitor.unwatch()')
+ATTACHING = patching.PatchSet('compatshim.monitor.unwatch()')
 _ATTACH: dict[str, Any] = {}
 
 
-def _make_trainer_init(original: Callable[..., None], record: _patching.Patch) -> Callable[..., None]:
+def _make_trainer_init(original: Callable[..., None], record: patching.Patch) -> Callable[..., None]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = _patching.bound(signature, self, *args, **kwargs) if record.active else None
+        bound = patching.bound(signature, self, *args, **kwargs) if record.active else None
         if bound is None:  # switched off; or a call that does not bind: Composer reports its own argument error
             record.original(self, *args, **kwargs)
             return
@@ -365,8 +366,8 @@ def run_record(strict: bool = False) -> dict[str, Any]:
     """compatshim's state in this process, as the hyperparameters :class:`TransformMonitor` logs once per run (at the
     Trainer's ``INIT``, through ``logger.log_hyperparameters``), so that every logger of the run keeps it beside the
     run's own; every value a string or a bool (the keys: docs/monitor.md)."""
-    from compatshim._status import status
     from compatshim._version import __version__
+    from compatshim.shim.status import status
 
     shim = status()
     return {
@@ -382,6 +383,9 @@ def run_record(strict: bool = False) -> dict[str, Any]:
 
 
 watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it
-if STATE.attach_pending is not None:  # compatshim run's hook fired inside this module's own import of Composer
-    attach_to_every_trainer(**STATE.attach_pending)
-    STATE.attach_pending = None
+# compatshim run's hook fired inside this module's own import of Composer (compatshim._start, which imports this
+# module when it can, left the monitor's arguments for the end of this import).
+_starting = sys.modules.get('compatshim._start')
+if getattr(_starting, 'pending', None) is not None:
+    attach_to_every_trainer(**_starting.pending)  # type: ignore[union-attr]
+    _starting.pending = None  # type: ignore[union-attr]

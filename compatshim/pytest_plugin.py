@@ -19,8 +19,8 @@ _DEFAULT_STAGE = 'default'
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from compatshim._stages import STAGES
-    from compatshim._support import DEVICES
+    from compatshim.config.stages import STAGES
+    from compatshim.config.support import DEVICES
 
     group = parser.getgroup('compatshim', 'compatshim: device_transforms on the device (Composer 0.25+)')
     group.addoption(
@@ -41,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from compatshim._stages import STAGES
+    from compatshim.config.stages import STAGES
 
     stage = config.getoption('compatshim', default=None)
     config.stash[_ENABLED_BY_SESSION] = False
@@ -92,7 +92,7 @@ def compatshim_device(request: pytest.FixtureRequest) -> Any:
 
 def _absent(device: str) -> Optional[str]:
     """Why ``--compatshim-device=device`` cannot be given here, or ``None``."""
-    from compatshim._accelerator import accelerator
+    from compatshim.devices.accelerator import accelerator
 
     why = accelerator(device).absent()
     return None if why is None else f'--compatshim-device={device}, but {why}'

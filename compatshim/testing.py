@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from compatshim._accelerator import accelerator
-from compatshim._fake import FakeAcceleratorDevice, FakeAcceleratorTensor, FakeAutoMicrobatchDevice
-from compatshim._placement import Placement
-from compatshim._recorder import Tap, is_on_device, placement
+from compatshim.devices.accelerator import accelerator
+from compatshim.devices.fake import FakeAcceleratorDevice, FakeAcceleratorTensor, FakeAutoMicrobatchDevice
+from compatshim.observe.placement import Placement
+from compatshim.observe.recorder import Tap, is_on_device, placement
 
 __all__ = [
     'FakeAcceleratorDevice',
@@ -40,15 +40,15 @@ def observable_device(device: str) -> Any:
     """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
 
     Args:
-        device: ``cpu``, ``cuda`` or ``mps`` (:data:`compatshim._accelerator.ACCELERATORS`).
+        device: ``cpu``, ``cuda`` or ``mps`` (:data:`compatshim.devices.accelerator.ACCELERATORS`).
     """
     return accelerator(device).observable_device()
 
 
 class PlacementProbe(Tap):
     """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`): the
-    recorder of :mod:`compatshim._recorder` (a :class:`~compatshim._recorder.Tap`), with every call's placement kept
-    in :attr:`seen`.
+    recorder of :mod:`compatshim.observe.recorder` (a :class:`~compatshim.observe.recorder.Tap`), with every call's
+    placement kept in :attr:`seen`.
 
     Args:
         transform: The transform to wrap (called with the batch; its result is returned).

@@ -24,8 +24,10 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compatshim import _cli, _exits, _settings, _support  # noqa: E402
+from compatshim import _cli, _exits  # noqa: E402
 from compatshim.bench import metrics, rule  # noqa: E402
+from compatshim.config import settings as _settings  # noqa: E402
+from compatshim.config import support as _support  # noqa: E402
 
 __all__ = [
     'FILES',
@@ -117,7 +119,7 @@ STAGES = _table(
     ],
 )
 
-#: Every environment variable compatshim reads (``compatshim._settings`` names them): what sets it, what it means.
+#: Every environment variable compatshim reads (``compatshim.config.settings`` names them): what sets it, what it means.
 VARIABLES: tuple[tuple[str, str, str], ...] = (
     (
         _settings.STAGE_VAR,
@@ -149,7 +151,8 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
 
 
 #: Every setting: in code, environment, on the command line, default. Where several are given, the first column that
-#: gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s: ``compatshim._settings``).
+#: gives a valid value wins, from the left (a DataSpec's own stage before ``enable()``'s:
+#: ``compatshim.config.settings``).
 SETTINGS: tuple[tuple[str, str, str, str, str], ...] = (
     (
         'stage',

@@ -1,6 +1,6 @@
 """Regenerate the frozen requirement files under ``matrix/`` from the support table.
 
-One file per row of ``compatshim._support.TESTED_RELEASES``: ``matrix/<env>.txt``, resolved by ``uv pip compile
+One file per row of ``compatshim.config.support.TESTED_RELEASES``: ``matrix/<env>.txt``, resolved by ``uv pip compile
 --universal`` (valid on Linux, macOS and Windows) for the row's Python (3.11 unless it is a leg of the Python
 factor). The forward-compat row also gets
 ``matrix/<env>.overrides.txt``, which overrides Composer's upper pins on torch/torchvision; tox passes it to uv at
@@ -20,7 +20,7 @@ import tempfile
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES, TestedRelease  # noqa: E402
+from compatshim.config.support import DEFAULT_PYTHON, TESTED_RELEASES, TestedRelease  # noqa: E402
 
 
 def requirement_file(row: TestedRelease) -> pathlib.Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-#: compatshim._support.DEFAULT_PYTHON, which this script cannot import (it runs before anything is installed);
+#: compatshim.config.support.DEFAULT_PYTHON, which this script cannot import (it runs before anything is installed);
 #: tests/unit/test_workflow.py holds every planned env's Python to the support table's.
 DEFAULT_PYTHON = '3.11'
 
@@ -66,7 +66,7 @@ def tox_config() -> tuple[list[str], dict[str, list[str]]]:
 
 def _entry(env: str) -> dict[str, Any]:
     """What a job needs to run one env: its Python, the lock file keying its cache, its device (the env-name grammar of
-    ``compatshim._support.split_env``, which this script cannot import: it runs before anything is installed)."""
+    ``compatshim.config.support.split_env``, which this script cannot import: it runs before anything is installed)."""
     name, _, device = env.removeprefix('bench-').rpartition('-')
     row, device = (name, device) if device in ('cpu', 'cuda', 'mps') else (env, 'cpu')  # unit, lint, build, ...
     python = re.search(r'-py(3\.\d+)$', row)

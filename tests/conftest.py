@@ -30,8 +30,8 @@ from device import DEVICE, make_device  # noqa: E402,F401 (re-exported to the te
 from matrix_env import COMPOSER, FAMILY, FAMILY_NAME, IS_AFFECTED, ROLE, envs_of  # noqa: E402
 
 import compatshim  # noqa: E402
-from compatshim._state import STATE  # noqa: E402
-from compatshim._support import Family  # noqa: E402
+from compatshim.config.support import Family  # noqa: E402
+from compatshim.shim.registry import STATE  # noqa: E402
 
 pytest_plugins = ['pytester']
 

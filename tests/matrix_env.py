@@ -26,7 +26,7 @@ from typing import Optional
 
 from packaging.version import Version
 
-from compatshim._support import (
+from compatshim.config.support import (
     AFFECTED,
     DEFAULT_PYTHON,
     TESTED_RELEASES,

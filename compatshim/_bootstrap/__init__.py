@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NoReturn, Optional
 
-from compatshim._settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VAR, monitor, resolve
+from compatshim.config.settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VAR, monitor, resolve
 
 __all__ = ['BOOTSTRAP_DIR', 'armed', 'child_environment', 'exec_command', 'without_bootstrap']
 

@@ -1,8 +1,8 @@
 """Put first on ``PYTHONPATH`` by ``compatshim run``: arm the shim in this process, then run any other sitecustomize.
 
 Cheap by design: it imports nothing beyond what the interpreter has already loaded at start-up, and puts a finder on
-``sys.meta_path`` that calls ``compatshim._api.start`` once Composer's package has been executed. Processes that never
-import Composer never import compatshim, torch or Composer.
+``sys.meta_path`` that calls ``compatshim._start.start`` once Composer's package has been executed. Processes that
+never import Composer never import compatshim, torch or Composer.
 """
 
 import os
@@ -35,7 +35,10 @@ def _compatshim():
 
 
 def _enable():
-    _compatshim()._api.start()
+    _compatshim()
+    from compatshim._start import start
+
+    start()
 
 
 class _ChainedLoader:

@@ -28,15 +28,16 @@ from typing import Any, Callable, Optional, TextIO
 
 import torch
 
-import compatshim
-from compatshim import _settings
-from compatshim._accelerator import Accelerator, accelerator
-from compatshim._placement import Placement
-from compatshim._recorder import Tap, tensors
-from compatshim._support import UNAFFECTED_FAMILY, family_of, installed
+from compatshim._version import __version__
 from compatshim.bench.metrics import LEGS, Leg
 from compatshim.bench.results import LegResult, LegStatus, now
-from compatshim.errors import ConfigurationError
+from compatshim.config import settings
+from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
+from compatshim.devices.accelerator import Accelerator, accelerator
+from compatshim.errors import CompatShimWarning, ConfigurationError
+from compatshim.observe.placement import Placement
+from compatshim.observe.recorder import Tap, tensors
+from compatshim.shim import api as shim
 
 __all__ = ['SIZES', 'VERSION', 'Pipeline', 'Session', 'Size', 'measure', 'schedule', 'session', 'time']
 
@@ -166,16 +167,16 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
-    compatshim.enable(stage=leg.stage) if leg.stage else compatshim.disable()
+    shim.enable(stage=leg.stage) if leg.stage else shim.disable()
     arguments: dict[str, Any] = {} if leg.argument is None else {leg.argument: fn}
-    if leg.stage and compatshim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
+    if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
         arguments['data_transfer_stage'] = leg.stage
     if pipeline.get_num_samples_in_batch is not None:
         arguments['get_num_samples_in_batch'] = pipeline.get_num_samples_in_batch
     try:
         spec = DataSpec(loader, **arguments)
     finally:
-        compatshim.disable()
+        shim.disable()
     model = copy.deepcopy(pipeline.model) if pipeline.model is not None else _consumer()
     return Trainer(
         model=model,
@@ -195,7 +196,7 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
 def quiet() -> Iterator[None]:
     """What the monitor would warn of in a leg, the bench reports per leg; Composer's advice on microbatch sizes too."""
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore', compatshim.CompatShimWarning)
+        warnings.simplefilter('ignore', CompatShimWarning)
         warnings.filterwarnings('ignore', message='.*device_train_microbatch_size.*')
         yield
 
@@ -221,13 +222,13 @@ def check(
                 out[name] = dataclasses.replace(out[name], status=LegStatus.REJECTED, reason=first_line(exc))
                 continue
             try:
-                compatshim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
+                shim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
                 trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
                 out[name] = LegResult(leg.description, LegStatus.FAILED, first_line(exc), tap.window.where)
                 continue
             finally:
-                compatshim.disable()
+                shim.disable()
                 trainer.close()
         summary = monitor.summaries[-1]
         seen = summary.transforms.get(leg.argument or '')
@@ -308,16 +309,16 @@ def ready(device: str) -> tuple[Accelerator, str]:
     """The accelerator ``device`` and the installed Composer release: ``ValueError`` naming what is missing or a
     ``COMPATSHIM_`` variable that is not allowed (each leg's ``enable()`` would raise it), or ``RuntimeError`` while the
     shim is enabled (the bench turns it on and off per leg)."""
-    problems, _ = _settings.check_environment()
+    problems, _ = settings.check_environment()
     if problems:
-        raise ConfigurationError(_settings.one_message(problems))
+        raise ConfigurationError(settings.one_message(problems))
     on = accelerator(device)
     if on.absent():
         raise ValueError(f'--device {device}, but {on.absent()}')
     composer = installed('mosaicml')
     if composer is None:
         raise ValueError('Composer is not installed here (pip install mosaicml)')
-    if compatshim.status().patches:
+    if shim.status().patches:
         raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
     return on, composer
 
@@ -337,7 +338,7 @@ def session(device: str, name: str, out: Optional[TextIO]) -> Iterator[Session]:
         try:
             yield Session(on, composer, say, fixed, started)
         finally:
-            compatshim.disable()
+            shim.disable()
 
 
 def measure(
@@ -427,7 +428,7 @@ def time(
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
     # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
-    compatshim.enable()
+    shim.enable()
     gc.collect()
     gc.freeze()
     try:
@@ -437,7 +438,7 @@ def time(
                 say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
     finally:
         gc.unfreeze()
-        compatshim.disable()
+        shim.disable()
         for run in made.values():
             run.trainer.close()
 
@@ -535,7 +536,7 @@ def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fie
         'python': platform.python_version(),
         'torch': torch.__version__,
         'composer': installed('mosaicml'),
-        'compatshim': compatshim.__version__,
+        'compatshim': __version__,
         'git_commit': _git_commit(),
         'size': dataclasses.asdict(of),
         'workload_version': VERSION,

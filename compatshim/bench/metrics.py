@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from compatshim._placement import Word
-from compatshim._support import DEVICES, Family
 from compatshim.bench import rule
 from compatshim.bench.results import Result
 from compatshim.bench.rule import Kind, Source
+from compatshim.config.support import DEVICES, Family
+from compatshim.observe.placement import Word
 
 __all__ = ['COMPARABLE_BY', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric']
 

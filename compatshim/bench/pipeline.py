@@ -13,14 +13,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, TextIO
 
-import compatshim
 from compatshim import _exits
-from compatshim._accelerator import accelerator
-from compatshim._transforms import RESULT_RULE, result_problem
 from compatshim.bench import engine, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.verdicts import verdicts
+from compatshim.devices.accelerator import accelerator
+from compatshim.shim import api as shim
+from compatshim.shim.hooks import RESULT_RULE, result_problem
 
 __all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
 
@@ -275,13 +275,13 @@ def run(
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and compare_to is not None:
         refuse_unlike(name, made, baseline, compare_to, device, size)
-    before = compatshim.status().stage
-    compatshim.disable()
+    before = shim.status().stage
+    shim.disable()
     try:
         result = measure(name, made, device, size, progress)
     finally:
         if before is not None:
-            compatshim.enable(stage=before)
+            shim.enable(stage=before)
     code, lines = (_exits.OK, []) if baseline is None or compare_to is None else compare(result, baseline, compare_to)
     if save and code == _exits.OK:
         lines.append(f'saved {store.save(result, save, replace=True).as_posix()}')

@@ -27,14 +27,14 @@ from typing import Any, Callable, Optional, TextIO
 
 import torch
 
-import compatshim
-from compatshim import _loop_frames, _patching
-from compatshim._accelerator import Accelerator
-from compatshim._support import TESTED_RELEASES, family_of, installed
 from compatshim.bench import engine, workload
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Source, Windows
 from compatshim.bench.metrics import METRICS, PROBES, REFERENCE_LEGS, pairs
 from compatshim.bench.results import BenchResult, Overheads
+from compatshim.config.support import TESTED_RELEASES, family_of, installed
+from compatshim.devices.accelerator import Accelerator
+from compatshim.shim import api as shim
+from compatshim.shim import loops, patching
 
 __all__ = ['CALLS', 'PROBE_SAMPLES', 'SIZE_NAMES', 'Probe', 'env_name', 'make_probe', 'measure', 'planted_hook_delay']
 
@@ -80,9 +80,9 @@ def measure(
         raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size, env = SIZES[size_name], env_name(device)
     with engine.session(device, env, progress) as run, planted_hook_delay(plant_hook_us):
-        compatshim.enable()
-        patched = list(compatshim.status().patches)  # what enable() patches here (nothing on an unaffected release)
-        compatshim.disable()
+        shim.enable()
+        patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
+        shim.disable()
         augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
         timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
         names = list(REFERENCE_LEGS)
@@ -143,7 +143,7 @@ class _Planted:
 @contextlib.contextmanager
 def planted_hook_delay(microseconds: float) -> Iterator[None]:
     """Make every call of the shim's DataSpec hooks ``microseconds`` slower (busy-wait) while the block runs."""
-    from compatshim._transforms import BatchHook, MicrobatchHook
+    from compatshim.shim.hooks import BatchHook, MicrobatchHook
 
     def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
         def __call__(self: Any, batch: Any) -> Any:
@@ -154,7 +154,7 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
 
         return __call__
 
-    swaps = [_patching.swap(cls, '__call__', slowed) for cls in (BatchHook, MicrobatchHook)] if microseconds else []
+    swaps = [patching.swap(cls, '__call__', slowed) for cls in (BatchHook, MicrobatchHook)] if microseconds else []
     try:
         yield
     finally:
@@ -214,12 +214,12 @@ def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
     probes: list[Probe] = []
     try:
         for name in (name for name in PROBES if affected or not name.startswith('hook')):
-            (compatshim.enable if name.startswith('hook') else compatshim.disable)()
+            (shim.enable if name.startswith('hook') else shim.disable)()
             probes.append(make_probe(name, on))
-        compatshim.disable()
+        shim.disable()
         yield probes
     finally:
-        compatshim.disable()
+        shim.disable()
         for probe in probes:
             probe.close()
 
@@ -242,7 +242,7 @@ def make_probe(
         return _monitor_probe(on, batch, device, direct, transform)
     if name not in ('hook-batch', 'hook-microbatch'):
         raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    from compatshim._transforms import BatchHook
+    from compatshim.shim.hooks import BatchHook
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
@@ -259,7 +259,7 @@ def make_probe(
         hooked = batch_hook(batch)
         return after(device.batch_to_device(hooked))
 
-    return Probe(name, on, path, direct, lambda: _loop_frames.loop_frame(device, 'train'))
+    return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train'))
 
 
 def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:

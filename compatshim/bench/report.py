@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim._placement import Placement
-from compatshim._support import split_env
 from compatshim.bench import rule
 from compatshim.bench.metrics import COMPARABLE_BY, COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
 from compatshim.bench.results import (
@@ -30,6 +28,8 @@ from compatshim.bench.results import (
     quartiles,
     spread,
 )
+from compatshim.config.support import split_env
+from compatshim.observe.placement import Placement
 
 __all__ = [
     'CHARTS',

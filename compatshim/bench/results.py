@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
-from compatshim._placement import Placement, Word
-from compatshim._support import UNAFFECTED_FAMILY
 from compatshim._version import __version__
+from compatshim.config.support import UNAFFECTED_FAMILY
+from compatshim.observe.placement import Placement, Word
 
 __all__ = [
     'SCHEMA',

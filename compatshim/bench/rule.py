@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim._placement import Placement, Word
 from compatshim.bench.results import Coherence, LegResult, Overheads, Result, comparable, spread
+from compatshim.observe.placement import Placement, Word
 
 __all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'Source', 'judge', 'mann_whitney_p', 'worst']
 

@@ -9,8 +9,8 @@ import dataclasses
 import statistics
 from typing import Optional
 
-from compatshim._placement import Placement, Word
 from compatshim.bench.results import PipelineResult
+from compatshim.observe.placement import Placement, Word
 
 __all__ = ['AS_FAST_WITHIN', 'VERDICT_ROUNDS', 'VERDICT_RULE', 'WAIT_LIMIT', 'Comparison', 'Told', 'tell', 'verdicts']
 

@@ -18,7 +18,7 @@ from conftest import DEVICE, IS_AFFECTED
 
 import compatshim
 from compatshim import doctor
-from compatshim._state import STATE
+from compatshim.shim.registry import STATE
 
 pytestmark = pytest.mark.device
 

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from conftest import CONTROL, DEV_BUILD, IS_AFFECTED, dev_build_dir, role, runs_here
 
-from compatshim.patches import TARGETS
+from compatshim.shim.targets import TARGETS
 
 pytestmark = pytest.mark.device
 

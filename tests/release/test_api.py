@@ -11,9 +11,9 @@ from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH
 from workload import Probe, loader
 
 import compatshim
-from compatshim import _api, _state
-from compatshim._shape import check_shape, detect_family
-from compatshim._support import Family
+from compatshim.config.support import Family
+from compatshim.shim import api, registry
+from compatshim.shim.shape import check_shape, detect_family
 
 pytestmark = pytest.mark.python
 
@@ -87,8 +87,8 @@ def test_two_threads_enable_at_once() -> None:
     for t in threads:
         t.join()
     assert not errors and len(results) == 2
-    assert results[0].patches == results[1].patches == _state.patched_targets()
-    assert len(set(_state.patched_targets())) == len(_state.patched_targets())
+    assert results[0].patches == results[1].patches == registry.patched_targets()
+    assert len(set(registry.patched_targets())) == len(registry.patched_targets())
     compatshim.disable()
     assert _same(before, _snapshot())
 
@@ -136,9 +136,9 @@ def test_positional_device_transforms_where_composer_has_the_parameter() -> None
 
 def _pretend_installed(monkeypatch: pytest.MonkeyPatch, installed: Any) -> None:
     """What ``importlib.metadata`` says, as ``enable()`` and ``status()`` both read it."""
-    from compatshim import _status
+    from compatshim.shim import status as _status
 
-    monkeypatch.setattr(_api, 'installed', installed)
+    monkeypatch.setattr(api, 'installed', installed)
     monkeypatch.setattr(_status, 'installed', installed)
 
 
@@ -147,7 +147,7 @@ def test_composer_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(compatshim.ComposerNotInstalledError, match='Composer is not installed'):
         compatshim.enable()
     assert compatshim.status().verdict is compatshim.Verdict.NOT_INSTALLED
-    assert _state.patched_targets() == ()
+    assert registry.patched_targets() == ()
 
 
 def test_newer_release_warns_and_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +182,7 @@ def test_shape_mismatch_is_refused() -> None:
         with pytest.raises(compatshim.UnexpectedComposerShapeError, match='Nothing was patched'):
             check_shape(other, data_spec, trainer, COMPOSER)
         check_shape(FAMILY, data_spec, trainer, COMPOSER)
-    assert _state.patched_targets() == ()
+    assert registry.patched_targets() == ()
 
 
 def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
@@ -194,12 +194,12 @@ def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
         pass
 
     before = dict(vars(Child))
-    _state.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'patched')
+    registry.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'patched')
     assert Child().f() == 'patched' and compatshim.is_patched(Child, 'f')
     assert compatshim.get_original(Child, 'f') is Base.f
     with pytest.raises(RuntimeError, match='already patched'):
-        _state.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'twice')
-    _state.STATE.patches.restore_all()
+        registry.STATE.patches.patch(Child, 'f', lambda original, record: lambda self: 'twice')
+    registry.STATE.patches.restore_all()
     assert dict(vars(Child)) == before and 'f' not in vars(Child) and Child().f() == 'base'
 
 

@@ -25,8 +25,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from workload import loader
 
 import compatshim
-from compatshim import _state, _transforms
-from compatshim._support import Family
+from compatshim.config.support import Family
+from compatshim.shim import hooks as _transforms
+from compatshim.shim import registry
 
 pytestmark = pytest.mark.runs_in('family')
 
@@ -49,7 +50,7 @@ def _classes() -> dict[str, type]:
 def _snapshot() -> tuple[Any, ...]:
     return (
         compatshim.status(),
-        tuple((key, r.active) for key, r in _state.STATE.patches.live.items()),
+        tuple((key, r.active) for key, r in registry.STATE.patches.live.items()),
         [tuple(vars(cls).items()) for cls in _classes().values()],
     )
 
@@ -125,7 +126,7 @@ class ShimStates(RuleBasedStateMachine):
     @invariant()
     def status_is_what_is_installed(self) -> None:
         shim = compatshim.status()
-        live = tuple(r.label for r in _state.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
+        live = tuple(r.label for r in registry.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
         assert shim.patches == live, (shim, live)
         assert (shim.verdict is compatshim.Verdict.PATCHED) is bool(live), shim
         assert (shim.stage is not None) is bool(live), shim
@@ -163,7 +164,7 @@ class ShimStates(RuleBasedStateMachine):
             compatshim.disable()
         for target, owner in _classes().items():
             setattr(owner, target.split('.')[1], self.pristine[target])
-        _state.STATE.patches.detached.clear()
+        registry.STATE.patches.detached.clear()
 
 
 ShimStates.TestCase.settings = settings(

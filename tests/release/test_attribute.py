@@ -20,7 +20,7 @@ from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
 from workload import Probe, assert_coherent, fit_probe, loader, trainer
 
 import compatshim
-from compatshim._support import Family
+from compatshim.config.support import Family
 from compatshim.testing import placement
 
 pytestmark = pytest.mark.device
@@ -226,7 +226,7 @@ def test_copies_and_pickles_keep_the_assigned_transform() -> None:
 def test_after_disable_the_attribute_stays_readable_and_callable() -> None:
     """After ``disable()`` the attribute is a plain one again: 0.25–0.26 hold the shim's hook there (what the trainer
     calls: the transform, on the host, with a warning), 0.27+ the transform itself (which nothing calls)."""
-    from compatshim._transforms import BatchHook
+    from compatshim.shim.hooks import BatchHook
 
     compatshim.enable()
     fn = Probe()

@@ -15,11 +15,11 @@ import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
-from compatshim._accelerator import accelerator
 from compatshim.bench import reference
 from compatshim.bench.metrics import PROBES, REFERENCE_LEGS, metric
 from compatshim.bench.report import plain_words
 from compatshim.bench.results import BenchResult, LegStatus
+from compatshim.devices.accelerator import accelerator
 
 pytestmark = [pytest.mark.filterwarnings('ignore::UserWarning'), pytest.mark.runs_in('family')]
 
@@ -156,7 +156,7 @@ def test_report_on_the_real_run(measured: tuple[BenchResult, Path], tmp_path: Pa
 
 
 def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
-    from compatshim._transforms import BatchHook, MicrobatchHook
+    from compatshim.shim.hooks import BatchHook, MicrobatchHook
 
     before = (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__'])
     with reference.planted_hook_delay(50):

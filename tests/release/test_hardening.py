@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader
 from workload import Probe, any_batch_model, loader, trainer
 
 import compatshim
-from compatshim import _loop_frames, _state
-from compatshim._support import Family
+from compatshim.config.support import Family
+from compatshim.shim import loops, registry
 from compatshim.testing import placement
 
 pytestmark = pytest.mark.device
@@ -49,14 +49,14 @@ def _spec(transform: Any, **kwargs: Any) -> Any:
 
 
 def _nothing_left_open(device: Any) -> None:
-    assert _loop_frames.current_frame() is None
+    assert loops.current_frame() is None
     assert 'batch_to_device' not in vars(device), 'the 0.25-0.26 microbatch interposer was left on the device'
 
 
 @pytest.mark.parametrize('stage', STAGES)
 def test_transform_exception_propagates_unchanged(stage: str) -> None:
     compatshim.enable(stage=stage)
-    patched = _state.patched_targets()
+    patched = registry.patched_targets()
     device = make_device()
     t, _ = trainer(
         device, train_dataloader=_spec(failing_transform), max_duration='2ba', device_train_microbatch_size=4
@@ -66,7 +66,7 @@ def test_transform_exception_propagates_unchanged(stage: str) -> None:
     assert type(info.value) is UserAugmentError and str(info.value) == 'boom in the user transform'
     assert traceback.extract_tb(info.value.__traceback__)[-1].name == 'failing_transform'
     _nothing_left_open(device)
-    assert _state.patched_targets() == patched  # nothing half-patched or half-restored
+    assert registry.patched_targets() == patched  # nothing half-patched or half-restored
     # The same process trains normally afterwards.
     probe = Probe()
     t2, _ = trainer(make_device(), train_dataloader=_spec(probe), max_duration='2ba', device_train_microbatch_size=4)
@@ -225,7 +225,7 @@ def picklable_transform(batch: Any) -> Any:
 
 def _hooks(spec: Any) -> list[Any]:
     names = ('device_transforms', 'batch_transforms', 'microbatch_transforms')
-    return [getattr(spec, n) for n in names if type(getattr(spec, n, None)).__module__ == 'compatshim._transforms']
+    return [getattr(spec, n) for n in names if type(getattr(spec, n, None)).__module__ == 'compatshim.shim.hooks']
 
 
 @pytest.mark.parametrize('how', ['pickle', 'deepcopy'])

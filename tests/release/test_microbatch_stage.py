@@ -13,7 +13,7 @@ from conftest import CONTROL, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
 from workload import Probe, loader, trainer
 
 import compatshim
-from compatshim._support import Family
+from compatshim.config.support import Family
 from compatshim.testing import placement
 
 pytestmark = [pytest.mark.device, NEEDS_PATCH]

@@ -15,15 +15,15 @@ from conftest import FAMILY, IS_AFFECTED, NEEDS_PATCH
 from workload import Probe, loader
 
 import compatshim
-from compatshim import _state
-from compatshim._support import Family
+from compatshim.config.support import Family
+from compatshim.shim import registry
 
 pytestmark = pytest.mark.python
 
 
 def _live() -> tuple[str, ...]:
     """What is really installed: every patch whose replacement is reachable on Composer's classes and switched on."""
-    return tuple(r.label for r in _state.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
+    return tuple(r.label for r in registry.STATE.patches.live.values() if compatshim.is_patched(r.owner, r.name))
 
 
 def test_disable_inside_an_enabled_block_leaves_the_state_from_before_it() -> None:

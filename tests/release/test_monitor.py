@@ -23,7 +23,7 @@ from conftest import COMPOSER, DEVICE, FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, m
 from workload import OOMRecorder, Probe, loader, trainer
 
 import compatshim
-from compatshim._support import Family
+from compatshim.config.support import Family
 
 pytestmark = pytest.mark.device
 
@@ -409,7 +409,7 @@ def test_auto_microbatching_with_oom_retries(leg: str) -> None:
 
 class _FakeClock:
     """A clock that moves only when the test says so: the monitor's wall clock (injected), and ``time`` for the taps
-    and the device's moves of :mod:`compatshim._recorder`."""
+    and the device's moves of :mod:`compatshim.observe.recorder`."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -428,9 +428,9 @@ def test_the_wait_for_data_is_the_fetch_alone(monkeypatch: pytest.MonkeyPatch) -
     from composer.core import DataSpec
     from composer.loggers import InMemoryLogger
 
-    from compatshim import _recorder
-    from compatshim._steps import Steps
     from compatshim.monitor import TransformMonitor
+    from compatshim.observe import recorder as _recorder
+    from compatshim.observe.steps import Steps
 
     clock = _FakeClock()
     monkeypatch.setattr(_recorder, 'time', clock)  # the wall time inside the taps and the moves
@@ -559,7 +559,7 @@ def test_no_read_of_device_data_and_no_synchronize_per_step(monkeypatch: pytest.
     the monitor as without it.
     """
     from compatshim import testing
-    from compatshim._accelerator import ACCELERATORS
+    from compatshim.devices.accelerator import ACCELERATORS
 
     waits: list[str] = []
     for owner, name in ((torch.cuda, 'synchronize'), (torch.cuda.Event, 'synchronize'), (torch.cuda.Event, 'wait')):
@@ -630,8 +630,8 @@ def test_the_placement_policy_alone() -> None:
     """What is said of a misplaced device_transforms, from what was seen alone (no run, no environment, no shim)."""
     from collections import Counter
 
-    from compatshim._placement import Placement
-    from compatshim._steps import early_problem, placement_warning
+    from compatshim.observe.placement import Placement
+    from compatshim.observe.steps import early_problem, placement_warning
 
     def said(where: str, composer: str, kill_switch: bool = False, shim_on: bool = False) -> str:
         return placement_warning(where, 'DataSpec(dataloader=L)', 'a', composer, kill_switch, shim_on)
@@ -662,7 +662,7 @@ def test_the_placement_policy_alone() -> None:
 def test_device_time_is_read_a_step_late_without_waiting() -> None:
     """The event clock (cuda, mps) with a faithful fake event: ``collect`` asks ``query()`` only, so an unfinished
     pair stays pending, and only the final collect at the end of a loop waits (once)."""
-    from compatshim._recorder import Tap, Window, _EventClock
+    from compatshim.observe.recorder import Tap, Window, _EventClock
 
     waited: list[int] = []
 
@@ -707,8 +707,8 @@ def test_device_time_is_logged_at_the_step_it_belongs_to() -> None:
     from composer.core import DataSpec
     from composer.loggers import LoggerDestination
 
-    from compatshim._recorder import _EventClock
     from compatshim.monitor import TransformMonitor
+    from compatshim.observe.recorder import _EventClock
 
     class Event:  # finished by its second query: read one step late, as on a busy GPU
         def __init__(self) -> None:

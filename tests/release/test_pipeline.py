@@ -19,7 +19,7 @@ import pytest
 from conftest import COMPOSER, FAMILY, IS_AFFECTED
 
 from compatshim import _cli
-from compatshim._support import Family
+from compatshim.config.support import Family
 
 pytestmark = [pytest.mark.runs_in('family', 'forward'), pytest.mark.filterwarnings('ignore::UserWarning')]
 

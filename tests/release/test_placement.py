@@ -11,7 +11,7 @@ from conftest import COMPOSER, FAMILY, LEGS, make_device
 from workload import Probe, loader, trainer
 
 import compatshim
-from compatshim._support import Family
+from compatshim.config.support import Family
 
 pytestmark = pytest.mark.device
 

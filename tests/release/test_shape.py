@@ -13,8 +13,8 @@ import pytest
 from conftest import COMPOSER, FAMILY
 
 import compatshim
-from compatshim._shape import check_shape
-from compatshim._support import Family
+from compatshim.config.support import Family
+from compatshim.shim.shape import check_shape
 
 pytestmark = pytest.mark.python
 

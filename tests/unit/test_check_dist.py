@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compatshim._support import TESTED_RELEASES
+from compatshim.config.support import TESTED_RELEASES
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'matrix'))

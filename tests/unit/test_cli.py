@@ -179,8 +179,8 @@ def test_environment_puts_the_bootstrap_first_once() -> None:
 )
 def test_run_monitor_sets_the_variable_every_process_reads(given: Any, before: Any, expected: str) -> None:
     """``compatshim run --monitor[=strict]``: ``COMPATSHIM_MONITOR`` in the command's environment (an existing one is
-    kept when the option is not given), and ``compatshim._settings.monitor`` reads it back."""
-    from compatshim import _settings
+    kept when the option is not given), and ``compatshim.config.settings.monitor`` reads it back."""
+    from compatshim.config import settings as _settings
 
     env = child_environment({} if before is None else {'COMPATSHIM_MONITOR': before}, None, False, given)
     assert env['COMPATSHIM_MONITOR'] == expected
@@ -269,7 +269,7 @@ def test_every_variable_the_package_reads_is_checked() -> None:
     """The checks cover every ``COMPATSHIM_`` variable named in compatshim's source, and this test every check."""
     import re
 
-    from compatshim import _settings
+    from compatshim.config import settings as _settings
 
     package = Path(compatshim.__file__).parent
     read = {m for path in package.rglob('*.py') for m in re.findall(r'COMPATSHIM_[A-Z_]+', path.read_text())}

@@ -65,18 +65,58 @@ def test_no_import_circle() -> None:
     assert _cycle() == [], ' -> '.join(_cycle())
 
 
+#: The wings, bottom up: a module imports only from its own wing or the wings below it. At the root, the public face
+#: (what users import, the command line) stands on top; the monitor (public, and measured by the bench) beneath it.
+WINGS = (
+    ('compatshim.errors', 'compatshim._exits', 'compatshim._version'),
+    ('compatshim.config',),
+    ('compatshim.devices',),
+    ('compatshim.shim',),
+    ('compatshim.observe', 'compatshim.testing'),
+    ('compatshim.monitor',),
+    ('compatshim.bench',),
+)
+
+
+def _wing(name: str) -> int:
+    for rank, wing in enumerate(WINGS):
+        if any(name == top or name.startswith(top + '.') for top in wing):
+            return rank
+    return len(WINGS)  # the public face: compatshim, auto, doctor, the CLI, the pytest plugin, the bootstrap
+
+
+def test_each_wing_imports_only_its_own_and_the_wings_below() -> None:
+    upward = sorted(
+        f'{name} -> {target}' for name, imported in GRAPH.items() for target in imported if _wing(target) > _wing(name)
+    )
+    assert upward == []
+    assert _wing('compatshim.shim.api') < _wing('compatshim.monitor') < _wing('compatshim._start')
+
+
+def test_the_root_holds_only_the_public_face() -> None:
+    """At the root of ``compatshim/``: what users import and run, and the CLI's own modules; every other module lives in
+    the folder of its wing."""
+    root = sorted(path.stem for path in PACKAGE.glob('*.py'))
+    assert root == [
+        '__init__', '__main__', '_cli', '_exits', '_start', '_version', 'auto', 'doctor', 'errors', 'monitor',
+        'pytest_plugin', 'testing',
+    ]  # fmt: skip
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / '__init__.py').exists())
+    assert folders == ['_bootstrap', 'bench', 'config', 'devices', 'observe', 'shim']
+
+
 @pytest.mark.parametrize(
     ('layer', 'above'),
     [
-        ('compatshim.patches', ('compatshim.monitor', 'compatshim.bench', 'compatshim.doctor', 'compatshim._cli')),
-        ('compatshim._patching', ('compatshim._state', 'compatshim.patches', 'compatshim.monitor')),
-        ('compatshim._dataspecs', ('compatshim.patches', 'compatshim.monitor', 'compatshim._transforms')),
+        ('compatshim.shim.targets', ('compatshim.monitor', 'compatshim.bench', 'compatshim.doctor', 'compatshim._cli')),
+        ('compatshim.shim.patching', ('compatshim.shim.registry', 'compatshim.shim.targets', 'compatshim.monitor')),
+        ('compatshim.shim.notes', ('compatshim.shim.targets', 'compatshim.monitor', 'compatshim.shim.hooks')),
         (
             'compatshim.bench.rule',
             ('compatshim.bench.metrics', 'compatshim.bench.engine', 'compatshim.bench.reference'),
         ),
         ('compatshim.bench.results', ('compatshim.bench.rule', 'compatshim.bench.metrics', 'compatshim.bench.engine')),
-        ('compatshim._accelerator', ('compatshim.testing', 'compatshim.monitor', 'compatshim.bench')),
+        ('compatshim.devices.accelerator', ('compatshim.testing', 'compatshim.monitor', 'compatshim.bench')),
     ],
 )
 def test_a_layer_imports_nothing_above_it(layer: str, above: tuple[str, ...]) -> None:
@@ -87,13 +127,13 @@ def test_a_layer_imports_nothing_above_it(layer: str, above: tuple[str, ...]) ->
 
 
 def test_the_monitor_taps_through_the_notes_and_nobody_reads_its_internals() -> None:
-    """The monitor knows nothing of the shim's hooks (it taps through ``compatshim._dataspecs.tap``), imports nothing
+    """The monitor knows nothing of the shim's hooks (it taps through ``compatshim.shim.notes.tap``), imports nothing
     private of ``_transforms`` or ``patches``, and no other module reads its ``_watched``."""
     tree = ast.parse(MODULES['compatshim.monitor'].read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            assert not node.module.startswith('compatshim._transforms'), node.module
-            if node.module.startswith('compatshim.patches'):
+            assert not node.module.startswith('compatshim.shim.hooks'), node.module
+            if node.module.startswith('compatshim.shim.targets'):
                 assert all(not alias.name.startswith('_') for alias in node.names), ast.dump(node)
     source = MODULES['compatshim.monitor'].read_text()
     assert 'BatchHook' not in source and 'MicrobatchHook' not in source
@@ -111,13 +151,13 @@ def test_one_way_to_replace_an_attribute() -> None:
         for pattern in (r'^class PatchSet\b', r'^def swap\(', r'^_MISSING\b.*=', r'=\s*object\(\)\s*$')
     }
     assert defined == {
-        r'^class PatchSet\b': ['compatshim._patching'],
-        r'^def swap\(': ['compatshim._patching'],
-        r'^_MISSING\b.*=': ['compatshim._patching'],
-        r'=\s*object\(\)\s*$': ['compatshim._patching'],
+        r'^class PatchSet\b': ['compatshim.shim.patching'],
+        r'^def swap\(': ['compatshim.shim.patching'],
+        r'^_MISSING\b.*=': ['compatshim.shim.patching'],
+        r'=\s*object\(\)\s*$': ['compatshim.shim.patching'],
     }
     for name, text in source.items():  # nobody saves and restores an attribute by hand
-        if name != 'compatshim._patching':
+        if name != 'compatshim.shim.patching':
             assert not re.search(r'vars\([^)]*\)\.get\([^)]*, *_?MISSING', text), name
 
 

@@ -1,4 +1,4 @@
-"""The support table (compatshim/_support.py) agrees with tox.ini, matrix/ and the README."""
+"""The support table (compatshim/config/support.py) agrees with tox.ini, matrix/ and the README."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from compatshim._support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, UNAFFECTED, Family, family_of
+from compatshim.config.support import AFFECTED, DEFAULT_PYTHON, TESTED_RELEASES, UNAFFECTED, Family, family_of
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'matrix'))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from compatshim._support import DEFAULT_PYTHON, TESTED_RELEASES, family_of
+from compatshim.config.support import DEFAULT_PYTHON, TESTED_RELEASES, family_of
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'matrix'))
@@ -135,7 +135,7 @@ def test_actionlint_knows_the_self_hosted_gpu_label(tmp_path: Path) -> None:
 
 
 def test_the_plan_reads_env_names_as_the_support_table_writes_them(planned: dict[str, Any]) -> None:
-    from compatshim._support import split_env
+    from compatshim.config.support import split_env
 
     for entries in planned.values():
         for entry in entries:

@@ -2,7 +2,7 @@
 ``DataSpec.__init__`` and the Trainer's loops), ``watch`` (the monitor's observe-only note of each DataSpec). This layer
 imports nothing above it (no monitor, no command line)."""
 
-from compatshim.patches import data_spec, trainer
+from compatshim.shim import data_spec, trainer
 
 __all__ = ['TARGETS']
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Optional
 
-from compatshim import _settings
-from compatshim._settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VAR
-from compatshim._stages import Stage
-from compatshim._state import STATE
-from compatshim._status import ShimStatus, Verdict, parse_version, status
-from compatshim._support import AFFECTED, UNAFFECTED, Family, family_of, installed
+from compatshim.config import settings as _settings
+from compatshim.config.settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VAR
+from compatshim.config.stages import Stage
+from compatshim.config.support import AFFECTED, UNAFFECTED, Family, family_of, installed
 from compatshim.errors import CompatShimError, CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
+from compatshim.shim.registry import STATE
+from compatshim.shim.status import ShimStatus, Verdict, parse_version, status
 
 __all__ = [
     'ALLOW_UNTESTED_VAR',
@@ -25,7 +24,6 @@ __all__ = [
     'disable',
     'enable',
     'enabled',
-    'start',
     'status',
 ]
 
@@ -117,48 +115,12 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         return status()
 
 
-def start(by: str = 'compatshim run') -> ShimStatus:
-    """What ``compatshim run``'s import hook and ``import compatshim.auto`` do once Composer is there: ``enable()``, and
-    with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (also where the shim patches nothing).
-
-    Args:
-        by: Who starts it (:attr:`ShimStatus.enabled_by`): ``'compatshim run'`` or ``'compatshim.auto'``.
-
-    Raises:
-        ConfigurationError: A setting is not allowed (checked before anything changes).
-    """
-    monitor = _settings.monitor()  # validated first: enable() validates its own settings before it changes anything
-    with STATE.lock:
-        outer = STATE.starting  # compatshim.auto's enable() can fire compatshim run's hook: the outer one names it
-        STATE.starting = outer or by
-        try:
-            shim_status = enable()
-        finally:
-            STATE.starting = outer
-    if monitor != 'off':
-        _attach_monitor(strict=monitor == 'strict')
-    return shim_status
-
-
-def _attach_monitor(**monitor_kwargs: Any) -> None:
-    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on: now, or, when ``compatshim.monitor`` is
-    half-imported (``from compatshim.monitor import ...`` as a script's first line imports Composer, which fires
-    ``compatshim run``'s hook in the middle of it), at the end of that import."""
-    half_imported = sys.modules.get('compatshim.monitor')
-    if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
-        STATE.attach_pending = monitor_kwargs
-        return
-    from compatshim.monitor import attach_to_every_trainer
-
-    attach_to_every_trainer(**monitor_kwargs)
-
-
 def _instrument(family: Optional[Family], version: str) -> Family:
     from composer.core.data_spec import DataSpec
     from composer.trainer.trainer import Trainer
 
-    from compatshim._shape import check_shape, detect_family
-    from compatshim.patches import data_spec, trainer
+    from compatshim.shim import data_spec, trainer
+    from compatshim.shim.shape import check_shape, detect_family
 
     if family is None:
         family = detect_family(DataSpec, Trainer, version)

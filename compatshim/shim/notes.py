@@ -2,8 +2,8 @@
 
 A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28), and a callback sees the running dataloader
 more readily than its DataSpec. So the DataSpec is *noted* when it is built, by the wrapper that knows where each
-transform went: the shim's (:mod:`compatshim.patches.data_spec`) while the shim is on, the monitor's observe-only watch
-(:mod:`compatshim.patches.watch`) while it is armed. The monitor taps through :func:`tap` and knows nothing of the
+transform went: the shim's (:mod:`compatshim.shim.data_spec`) while the shim is on, the monitor's observe-only watch
+(:mod:`compatshim.observe.watch`) while it is armed. The monitor taps through :func:`tap` and knows nothing of the
 shim's hooks. A note lives on its DataSpec; the DataSpecs over a dataloader are known by weak references (one
 dataloader may feed several). Imports nothing heavy.
 """
@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim import _patching
-from compatshim._support import family_of, installed
+from compatshim.config.support import family_of, installed
+from compatshim.shim import patching
 
 __all__ = [
     'TRANSFORM_NAMES',
@@ -195,11 +195,11 @@ def find(loader: Any) -> Optional[tuple[Any, Note]]:
     return None
 
 
-def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[_patching.Swap]]:
+def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[patching.Swap]]:
     """Put one ``wrap(callable)`` in every place of ``slot`` (``None`` and no swap where it has none); the wrapper,
     and the swaps that take it out again (``undo()``: only where it is still there)."""
     if not slot.places:
         return None, []
     holder, attr = slot.places[0]
-    wrapper = wrap(_patching.held(holder, attr))
-    return wrapper, [_patching.swap(h, a, lambda _: wrapper) for h, a in slot.places]
+    wrapper = wrap(patching.held(holder, attr))
+    return wrapper, [patching.swap(h, a, lambda _: wrapper) for h, a in slot.places]

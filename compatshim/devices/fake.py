@@ -14,7 +14,7 @@ __all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatch
 class FakeAcceleratorTensor(torch.Tensor):
     """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
 
-    _compatshim_on_accelerator = True  # what compatshim._recorder.is_on_device looks for
+    _compatshim_on_accelerator = True  # what compatshim.observe.recorder.is_on_device looks for
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:

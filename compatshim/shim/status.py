@@ -9,10 +9,11 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from compatshim import _settings, _state
-from compatshim._settings import KILL_SWITCH
-from compatshim._state import STATE
-from compatshim._support import AFFECTED, UNAFFECTED, family_of, installed
+from compatshim.config import settings
+from compatshim.config.settings import KILL_SWITCH
+from compatshim.config.support import AFFECTED, UNAFFECTED, family_of, installed
+from compatshim.shim import registry
+from compatshim.shim.registry import STATE
 
 __all__ = ['ShimStatus', 'Verdict', 'parse_version', 'status']
 
@@ -69,7 +70,7 @@ def parse_version(version: str) -> Optional[Version]:
 def status() -> ShimStatus:
     """Report the installed versions, the verdict, the stage and the patches applied. Imports nothing heavy."""
     composer, torch = installed('mosaicml'), installed('torch')
-    patches = _state.patched_targets()
+    patches = registry.patched_targets()
     stage = STATE.stage
     parsed = None if composer is None else parse_version(composer)
     table_family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
@@ -84,7 +85,7 @@ def status() -> ShimStatus:
     elif table_family is not None:
         verdict, family = Verdict.AFFECTED, table_family
         detail = f'Composer {composer} is affected ({table_family.value} family); call compatshim.enable().'
-        if _settings.kill_switch_on():
+        if settings.kill_switch_on():
             detail = (
                 f'Composer {composer} is affected ({table_family.value} family); {KILL_SWITCH} is set, so '
                 'enable() patches nothing.'

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from compatshim import _patching
-from compatshim._placement import Placement
+from compatshim.observe.placement import Placement
+from compatshim.shim import patching
 
 if TYPE_CHECKING:
-    from compatshim._accelerator import Accelerator
+    from compatshim.devices.accelerator import Accelerator
 
 __all__ = [
     'MoveCounter',
@@ -197,7 +197,7 @@ class MoveCounter:
         self.bytes: dict[str, int] = {}
         #: Host wall-clock seconds spent moving tensors since the last take (``time.perf_counter``).
         self.wall = 0.0
-        self._installed: Optional[_patching.Swap] = None
+        self._installed: Optional[patching.Swap] = None
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         if not is_on_device(tensor):
@@ -210,7 +210,7 @@ class MoveCounter:
         return moved
 
     def install(self, device: Any) -> MoveCounter:
-        self._installed = _patching.swap(device, 'tensor_to_device', lambda move: self)
+        self._installed = patching.swap(device, 'tensor_to_device', lambda move: self)
         return self
 
     def remove(self) -> None:

@@ -1,4 +1,4 @@
-"""The two transfer stages and their validation (the process-wide default lives in :mod:`compatshim._state`)."""
+"""The two transfer stages and their validation (the process-wide default lives in :mod:`compatshim.shim.registry`)."""
 
 from __future__ import annotations
 

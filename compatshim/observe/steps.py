@@ -1,6 +1,6 @@
 """The monitor's recorder of steps (:class:`Steps`, on an injected clock) and its placement policy, beneath
 :mod:`compatshim.monitor` (the Composer callback; the keys it logs: docs/monitor.md). Imports torch (through
-:mod:`compatshim._recorder`), never Composer."""
+:mod:`compatshim.observe.recorder`), never Composer."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import statistics
 import time
 from typing import Any, Callable, Optional
 
-from compatshim._dataspecs import Fate, Slot
-from compatshim._placement import Placement
-from compatshim._recorder import MoveCounter, Tap, Window, clock_for, summarize_places
-from compatshim._settings import KILL_SWITCH
-from compatshim._support import AFFECTED, UNAFFECTED, family_of
+from compatshim.config.settings import KILL_SWITCH
+from compatshim.config.support import AFFECTED, UNAFFECTED, family_of
+from compatshim.observe.placement import Placement
+from compatshim.observe.recorder import MoveCounter, Tap, Window, clock_for, summarize_places
+from compatshim.shim.notes import Fate, Slot
 
 #: Steps kept per label and transform for the medians of a summary (the totals count every step).
 KEEP_STEPS = 4096
@@ -83,7 +83,7 @@ class Steps:
 
     Args:
         clock: The host wall clock (a step's time, its wait for data).
-        transform_clock: What its taps time the transforms with (:func:`compatshim._recorder.clock_for`).
+        transform_clock: What its taps time the transforms with (:func:`compatshim.observe.recorder.clock_for`).
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, transform_clock: Any = None) -> None:
@@ -282,7 +282,7 @@ class TransformSummary:
     ms_per_step: Optional[float]
     #: ``batch`` or ``microbatch`` (``None``: the shim's, while the shim is off; or nothing runs it).
     stage: Optional[str]
-    #: What became of it (:class:`compatshim._dataspecs.Fate`): called by Composer, before the move, dropped, placed by
+    #: What became of it (:class:`compatshim.shim.notes.Fate`): called by Composer, before the move, dropped, placed by
     #: the shim.
     fate: Fate = Fate.CALLED
     #: The time of every step kept (the last ones of a long loop), on the same clock as ``ms_per_step``.

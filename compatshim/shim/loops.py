@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
-from compatshim import _patching
+from compatshim.shim import patching
 
 __all__ = ['LoopFrame', 'current_frame', 'loop_frame']
 
@@ -31,13 +31,13 @@ class LoopFrame:
     mode: str  # 'train' | 'eval' | 'predict'
     armed: Optional[Callable[[Batch], Batch]] = None
     #: The device's ``batch_to_device`` replaced by this frame's interposer, while armed.
-    _interposed: Optional[_patching.Swap] = None
+    _interposed: Optional[patching.Swap] = None
 
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
         self.armed = transform
         if not isinstance(vars(self.device).get('batch_to_device'), _MoveThenTransform):
-            self._interposed = _patching.swap(
+            self._interposed = patching.swap(
                 self.device, 'batch_to_device', lambda move: _MoveThenTransform(self.device, move)
             )
 

@@ -1,13 +1,14 @@
 """Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame
-(:mod:`compatshim._loop_frames`) naming the trainer's device, and add nothing else to the loops."""
+(:mod:`compatshim.shim.loops`) naming the trainer's device, and add nothing else to the loops."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
 
-from compatshim import _loop_frames, _patching
-from compatshim._state import STATE
+from compatshim.shim import loops as _loop_frames
+from compatshim.shim import patching
+from compatshim.shim.registry import STATE
 
 __all__ = ['LOOPS', 'TARGETS', 'instrument']
 
@@ -17,7 +18,7 @@ LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict'
 TARGETS = tuple(f'composer.trainer.trainer.Trainer.{name}' for name in LOOPS)
 
 
-def _make_loop(original: Callable[..., Any], record: _patching.Patch, mode: str) -> Callable[..., Any]:
+def _make_loop(original: Callable[..., Any], record: patching.Patch, mode: str) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,7 @@
 """The monitor's watch: an observe-only wrapper of ``DataSpec.__init__``, in a patch set of its own.
 
 After Composer (and the shim, if it is on) built the DataSpec, it notes which transforms the DataSpec was given and
-where Composer keeps each (:func:`compatshim._dataspecs.composer_slots`), so that the monitor can tell a transform
+where Composer keeps each (:func:`compatshim.shim.notes.composer_slots`), so that the monitor can tell a transform
 never called from one never given; it changes no argument and no attribute of Composer's (the note is one attribute of
 its own on the DataSpec, ``_compatshim_note``, so that it lives and dies with it). Its patch set (:data:`WATCH`) is its
 own, as an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that
@@ -14,17 +14,18 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from compatshim import _dataspecs, _patching
-from compatshim._state import STATE
-from compatshim.patches.data_spec import given
+from compatshim.shim import notes as _dataspecs
+from compatshim.shim import patching
+from compatshim.shim.data_spec import given
+from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
 #: The watch's patches (``DataSpec.__init__``).
-WATCH = _patching.PatchSet('compatshim.monitor.unwatch()')
+WATCH = patching.PatchSet('compatshim.monitor.unwatch()')
 
 
-def _make_init(original: Callable[..., None], record: _patching.Patch) -> Callable[..., None]:
+def _make_init(original: Callable[..., None], record: patching.Patch) -> Callable[..., None]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)

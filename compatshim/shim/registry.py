@@ -7,9 +7,9 @@ import dataclasses
 import threading
 from typing import Any, Optional
 
-from compatshim._patching import _MISSING, PatchSet
-from compatshim._stages import Stage
-from compatshim._support import Family
+from compatshim.config.stages import Stage
+from compatshim.config.support import Family
+from compatshim.shim.patching import _MISSING, PatchSet
 
 __all__ = ['STATE', 'ShimState', 'get_original', 'is_patched', 'patched_targets']
 
@@ -33,11 +33,8 @@ class ShimState:
     #: What enabled the active patches: ``compatshim.enable()``, ``compatshim run`` (its import hook),
     #: ``compatshim.auto``; ``None`` while the shim is off.
     enabled_by: Optional[str] = None
-    #: Set by :func:`compatshim._api.start` around its ``enable()``: who is starting the shim.
+    #: Set by :func:`compatshim._start.start` around its ``enable()``: who is starting the shim.
     starting: Optional[str] = None
-    #: The monitor's arguments, when ``compatshim run --monitor`` asked to attach it while ``compatshim.monitor`` was
-    #: itself being imported (its import of Composer fired the run's hook): the monitor attaches when its import ends.
-    attach_pending: Optional[dict[str, Any]] = None
     #: One-per-process warnings already given (by key).
     warned: set[str] = dataclasses.field(default_factory=set)
 

@@ -48,7 +48,7 @@ class Accelerator:
 
     def observable_device(self) -> Any:
         """A Composer ``Device`` on which placement is observable (the fake accelerator here)."""
-        from compatshim._fake import FakeAcceleratorDevice
+        from compatshim.devices.fake import FakeAcceleratorDevice
 
         return FakeAcceleratorDevice()
 
@@ -60,7 +60,7 @@ class Accelerator:
         """Whether placement and bytes to the device can be observed on Composer ``device``: on the fake accelerator's
         devices, not on plain ``DeviceCPU``, where host and device are one (every batch is on the host, every move a
         no-op)."""
-        from compatshim._fake import _MovesToFake
+        from compatshim.devices.fake import _MovesToFake
 
         return isinstance(device, _MovesToFake)
 
@@ -145,7 +145,7 @@ class _Mps(_Cuda):
         return {'gpu': f'Apple MPS ({platform.machine()})'}
 
 
-#: Every accelerator, by the name ``--device`` gives (``compatshim._support.DEVICES``, in that order).
+#: Every accelerator, by the name ``--device`` gives (``compatshim.config.support.DEVICES``, in that order).
 ACCELERATORS: dict[str, Accelerator] = {found.name: found for found in (Accelerator(), _Cuda(), _Mps())}
 
 

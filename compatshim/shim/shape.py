@@ -12,9 +12,9 @@ import inspect
 import types
 from typing import Any, Callable, Optional
 
-from compatshim._patching import describe
-from compatshim._support import Family
+from compatshim.config.support import Family
 from compatshim.errors import UnexpectedComposerShapeError
+from compatshim.shim.patching import describe
 
 __all__ = ['check_shape', 'detect_family']
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Callable, Optional
 
-from compatshim._stages import Stage, validate_stage
+from compatshim.config.stages import Stage, validate_stage
 from compatshim.errors import ConfigurationError
 
 __all__ = [

@@ -12,9 +12,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from compatshim import _loop_frames, _stages
-from compatshim._state import STATE
+from compatshim.config import stages
 from compatshim.errors import CompatShimWarning, TransformResultError
+from compatshim.shim import loops
+from compatshim.shim.registry import STATE
 
 __all__ = ['BatchHook', 'MicrobatchHook']
 
@@ -84,7 +85,7 @@ def _apply(hook: BatchHook | MicrobatchHook, batch: Batch, stage: str) -> Batch:
     return result
 
 
-def _stage_of(hook: BatchHook | MicrobatchHook) -> Optional[_stages.Stage]:
+def _stage_of(hook: BatchHook | MicrobatchHook) -> Optional[stages.Stage]:
     return hook.stage or STATE.stage
 
 
@@ -107,14 +108,14 @@ class BatchHook:
         stage: The DataSpec's own ``data_transfer_stage``, or ``None`` to follow ``enable(stage=...)``.
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
         has_microbatch_hook: Whether the release calls a microbatch-level hook (0.27+); if not, stage
-            ``microbatch`` arms the loop frame instead (see :mod:`compatshim._loop_frames`).
+            ``microbatch`` arms the loop frame instead (see :mod:`compatshim.shim.loops`).
         spec_name: The DataSpec, as error messages name it.
     """
 
     def __init__(
         self,
         transform: Optional[Transform],
-        stage: Optional[_stages.Stage],
+        stage: Optional[stages.Stage],
         native: Optional[Transform],
         has_microbatch_hook: bool,
         spec_name: str = 'a DataSpec',
@@ -135,7 +136,7 @@ class BatchHook:
         if STATE.stage is None:
             _warn_inactive(self)
             return _apply(self, batch, 'batch (shim disabled: on the host)')
-        frame = _loop_frames.current_frame()
+        frame = loops.current_frame()
         if frame is None:
             # Called outside a trainer loop (by hand): there is no trainer device to move to.
             return _apply(self, batch, 'batch (outside a trainer loop)')
@@ -169,7 +170,7 @@ class MicrobatchHook:
     def __init__(
         self,
         transform: Optional[Transform],
-        stage: Optional[_stages.Stage],
+        stage: Optional[stages.Stage],
         native: Transform,
         spec_name: str = 'a DataSpec',
     ) -> None:

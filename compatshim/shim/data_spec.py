@@ -2,8 +2,8 @@
 
 The wrapper takes ``device_transforms`` (and the shim's own ``data_transfer_stage``) away from Composer, lets
 Composer build the DataSpec without it (the call bound against the original's own signature), then installs
-:class:`~compatshim._transforms.BatchHook` (and, on 0.27+, :class:`~compatshim._transforms.MicrobatchHook`) around
-the hooks Composer calls, and notes where each transform now sits (:mod:`compatshim._dataspecs`).
+:class:`~compatshim.shim.hooks.BatchHook` (and, on 0.27+, :class:`~compatshim.shim.hooks.MicrobatchHook`) around
+the hooks Composer calls, and notes where each transform now sits (:mod:`compatshim.shim.notes`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim import _dataspecs, _patching, _stages
-from compatshim._dataspecs import Fate, Slot
-from compatshim._state import STATE
-from compatshim._support import Family
-from compatshim._transforms import BatchHook, MicrobatchHook, Transform
+from compatshim.config import stages
+from compatshim.config.support import Family
+from compatshim.shim import notes as _dataspecs
+from compatshim.shim import patching
+from compatshim.shim.hooks import BatchHook, MicrobatchHook, Transform
+from compatshim.shim.notes import Fate, Slot
+from compatshim.shim.registry import STATE
 
 __all__ = ['ATTRIBUTE_TARGET', 'TARGET', 'DeviceTransforms', 'given', 'instrument']
 
@@ -42,7 +44,7 @@ def _take_device_transforms(
             return None, args, kwargs
         kwargs = dict(kwargs)
         return kwargs.pop('device_transforms'), args, kwargs
-    bound = _patching.bound(signature, None, *args, **kwargs)
+    bound = patching.bound(signature, None, *args, **kwargs)
     if bound is None:
         return None, args, kwargs  # let Composer report its own argument error
     transform = bound.arguments.pop('device_transforms', None)
@@ -51,7 +53,7 @@ def _take_device_transforms(
 
 def given(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> frozenset[str]:
     """The transform arguments a ``DataSpec(...)`` call gives (bound against Composer's signature where it can be)."""
-    bound = _patching.bound(signature, None, *args, **kwargs)
+    bound = patching.bound(signature, None, *args, **kwargs)
     return _dataspecs.given_transforms(kwargs if bound is None else bound.arguments)
 
 
@@ -63,7 +65,7 @@ def _check_transform(transform: Any) -> None:
         )
 
 
-def _make_init(original: Callable[..., None], record: _patching.Patch, family: Family) -> Callable[..., None]:
+def _make_init(original: Callable[..., None], record: patching.Patch, family: Family) -> Callable[..., None]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -73,7 +75,7 @@ def _make_init(original: Callable[..., None], record: _patching.Patch, family: F
             return
         stage = kwargs.pop('data_transfer_stage', None)
         if stage is not None:
-            stage = _stages.validate_stage(stage, what='DataSpec data_transfer_stage')
+            stage = stages.validate_stage(stage, what='DataSpec data_transfer_stage')
         transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         record.original(self, *args, **kwargs)
@@ -181,7 +183,7 @@ class DeviceTransforms:
     transform is kept in the instance's ``__dict__`` too, where it stays readable after ``disable()``.
     """
 
-    def __init__(self, record: _patching.Patch, family: Family) -> None:
+    def __init__(self, record: patching.Patch, family: Family) -> None:
         self.record, self.family = record, family
 
     def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:

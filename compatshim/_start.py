@@ -1,0 +1,56 @@
+"""What ``compatshim run``'s import hook and ``import compatshim.auto`` do once Composer is imported: ``enable()``, and
+with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer. The monitor is attached here, above the shim's
+core: ``enable()`` knows nothing of the monitor."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from compatshim.config import settings
+from compatshim.shim.api import enable
+from compatshim.shim.registry import STATE
+from compatshim.shim.status import ShimStatus
+
+__all__ = ['pending', 'start']
+
+#: The monitor's arguments, when the run asked to attach it while ``compatshim.monitor`` was itself being imported (its
+#: import of Composer fired the run's hook): the monitor's module attaches itself at the end of its import.
+pending: Optional[dict[str, Any]] = None
+
+
+def start(by: str = 'compatshim run') -> ShimStatus:
+    """``enable()``, and with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (also where the shim
+    patches nothing).
+
+    Args:
+        by: Who starts it (:attr:`ShimStatus.enabled_by`): ``'compatshim run'`` or ``'compatshim.auto'``.
+
+    Raises:
+        ConfigurationError: A setting is not allowed (checked before anything changes).
+    """
+    monitor = settings.monitor()  # validated first: enable() validates its own settings before it changes anything
+    with STATE.lock:
+        outer = STATE.starting  # compatshim.auto's enable() can fire compatshim run's hook: the outer one names it
+        STATE.starting = outer or by
+        try:
+            shim_status = enable()
+        finally:
+            STATE.starting = outer
+    if monitor != 'off':
+        _attach_monitor(strict=monitor == 'strict')
+    return shim_status
+
+
+def _attach_monitor(**monitor_kwargs: Any) -> None:
+    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on: now, or, when ``compatshim.monitor`` is
+    half-imported (``from compatshim.monitor import ...`` as a script's first line imports Composer, which fires
+    ``compatshim run``'s hook in the middle of it), at the end of that import (:data:`pending`)."""
+    global pending
+    half_imported = sys.modules.get('compatshim.monitor')
+    if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
+        pending = monitor_kwargs
+        return
+    from compatshim.monitor import attach_to_every_trainer
+
+    attach_to_every_trainer(**monitor_kwargs)
