@@ -28,6 +28,9 @@ BASELINES_V3 = ROOT / 'tests' / 'data' / 'baselines-v3'
 LOADED = ROOT / 'tests' / 'data' / 'loaded'
 #: ``tox -m report`` of unchanged code (v0.1.0) on another machine, as ``compatshim report --results`` reads it.
 OTHER_MACHINE = ROOT / 'tests' / 'data' / 'other-machine'
+#: ``tox -m report`` of unchanged code (the landed main at workload version 4, schema 5) on a third 2-core machine,
+#: quiet and beside two CPU-bound processes: judged against today's committed baselines.
+THIRD_MACHINE = ROOT / 'tests' / 'data' / 'third-machine'
 #: A release of each affected family with its own shape of legs (0.26.1: no native microbatch), and the reference.
 RECORDED = ['composer0.28.0-cpu', 'composer0.26.1-cpu', 'composer0.24.1-cpu']
 
@@ -530,3 +533,32 @@ def test_a_pipeline_transform_twice_as_slow_fails_on_recorded_samples() -> None:
     for leg in ('native-batch', 'native-microbatch', 'shim-batch', 'shim-microbatch'):
         assert slower[f'{leg}/ceiling'] == 'regression', slower
     assert {outcome for metric_id, outcome in slower.items() if not metric_id.endswith('/ceiling')} == {'ok'}
+
+
+@pytest.mark.parametrize('run', ['quiet', 'loaded'])
+def test_a_third_machine_judged_against_the_committed_baselines_is_no_regression(
+    run: str, tmp_path: Path, capsys: Any
+) -> None:
+    """The landed main's ``tox -m report`` on a third 2-core machine (faster at interpreter work than the baselines'
+    machine: shim-batch samples/s +6% to +25%, one env -20%), quiet and beside two CPU-bound processes: every result
+    judged against the committed baselines (``matrix/baselines``, schema 5) is no regression, and ``compatshim report``
+    exits 0 on them. It fails if the rule turns either set into a regression."""
+    results = gather([THIRD_MACHINE / run])
+    assert len(results) == len(list((BASELINES / 'cpu').glob('*.json'))) == 12
+    for result in results:
+        baseline = recorded(result.env)
+        assert result.fingerprint['workload_version'] == baseline.fingerprint['workload_version'], result.env
+        assert result.measured_at != baseline.measured_at and not result.planted
+        outcomes = _outcomes(result, baseline)
+        assert 'regression' not in outcomes.values(), (result.env, {k: v for k, v in outcomes.items() if v != 'ok'})
+    args = ['report', '--results', str(THIRD_MACHINE / run), '--baselines', str(BASELINES)]
+    assert _cli.main([*args, '--out', str(tmp_path / 'out'), '--no-png']) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize('run', ['quiet', 'loaded'])
+def test_the_planted_slowdowns_fail_the_third_machines_runs(run: str) -> None:
+    """The gate still finds on the third machine's samples what the shim can cause: a 20% slower shim leg."""
+    for result in gather([THIRD_MACHINE / run]):
+        if result.affected:
+            slower = _outcomes(_scaled(result, shim=0.8), recorded(result.env))
+            assert slower[host_ratio(result)] == 'regression', (result.env, slower)
