@@ -13,21 +13,35 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-__all__ = ['ACCELERATORS', 'Accelerator', 'accelerator', 'of_device']
+from compatshim.config.support import DEVICES
+
+__all__ = ['ACCELERATORS', 'HOST', 'Accelerator', 'accelerator', 'best_present', 'of_device', 'on_accelerator_memory']
 
 
 class Accelerator:
     """The CPU fake accelerator: tensors stay on the host, marked as on the device, so placement and bytes are real;
     times are this process's CPU time (the legs run on the host: that is their whole cost, and time the machine gives
-    to other processes does not count)."""
+    to other processes does not count).
 
-    #: How ``--device`` and the results name it.
-    name = 'cpu'
+    Args:
+        name: How ``--device`` and the results name it: its entry of :data:`~compatshim.config.support.DEVICES`.
+    """
+
     #: Composer's own name for its device (``Device.name``).
     composer_name = 'cpu'
+    #: Whether it is the host itself (the CPU fake accelerator): the doctor's fallback, named as the fake one.
+    is_host = True
     #: torch's intra-op threads while a bench runs on it (``None``: left as they are). One on the host, as
     #: torch.utils.benchmark's ``Timer`` runs: a pool with a thread per core spins while another process has the core.
     threads: Optional[int] = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def label(self) -> str:
+        """How a person is told which device a check ran on."""
+        return f'fake accelerator ({self.name})' if self.is_host else self.name
 
     def absent(self) -> Optional[str]:
         """Why torch cannot use it here (``None``: it can)."""
@@ -75,7 +89,7 @@ class Accelerator:
 class _Cuda(Accelerator):
     """An NVIDIA GPU: wall-clock windows, the device synchronised at their edges; CUDA events for a transform."""
 
-    name, composer_name, threads = 'cuda', 'gpu', None
+    composer_name, threads, is_host = 'gpu', None, False
 
     def absent(self) -> Optional[str]:
         import torch
@@ -117,7 +131,7 @@ class _Cuda(Accelerator):
 class _Mps(_Cuda):
     """Apple's GPU: as cuda, with ``torch.mps``'s synchronisation and events (where torch has them)."""
 
-    name, composer_name = 'mps', 'mps'
+    composer_name = 'mps'
 
     def absent(self) -> Optional[str]:
         import torch
@@ -145,8 +159,23 @@ class _Mps(_Cuda):
         return {'gpu': f'Apple MPS ({platform.machine()})'}
 
 
-#: Every accelerator, by the name ``--device`` gives (``compatshim.config.support.DEVICES``, in that order).
-ACCELERATORS: dict[str, Accelerator] = {found.name: found for found in (Accelerator(), _Cuda(), _Mps())}
+_KINDS: tuple[type[Accelerator], ...] = (Accelerator, _Cuda, _Mps)
+if len(_KINDS) != len(DEVICES):  # the one list of device names is the support table's device factor
+    raise RuntimeError(f'compatshim: {len(DEVICES)} devices named in the support table, {len(_KINDS)} accelerators')
+#: Every accelerator, by the name ``--device`` gives: :data:`~compatshim.config.support.DEVICES`, in that order.
+ACCELERATORS: dict[str, Accelerator] = {name: kind(name) for name, kind in zip(DEVICES, _KINDS)}
+#: The host's own: the CPU fake accelerator.
+HOST: Accelerator = next(found for found in ACCELERATORS.values() if found.is_host)
+
+
+def best_present() -> Accelerator:
+    """The first real accelerator torch finds here (cuda, then mps), else the CPU fake accelerator."""
+    return next((found for found in ACCELERATORS.values() if not found.is_host and found.absent() is None), HOST)
+
+
+def on_accelerator_memory(tensor: Any) -> bool:
+    """Whether torch keeps ``tensor`` anywhere but in host memory (cuda, mps, xla, ...)."""
+    return bool(tensor.device.type != 'cpu')
 
 
 def accelerator(name: str) -> Accelerator:
@@ -162,5 +191,5 @@ def accelerator(name: str) -> Accelerator:
 
 def of_device(device: Any) -> Accelerator:
     """The accelerator a Composer ``Device`` runs on (by its ``name``; anything else is the host's)."""
-    name = getattr(device, 'name', 'cpu')
-    return next((found for found in ACCELERATORS.values() if found.composer_name == name), ACCELERATORS['cpu'])
+    name = getattr(device, 'name', HOST.composer_name)
+    return next((found for found in ACCELERATORS.values() if found.composer_name == name), HOST)

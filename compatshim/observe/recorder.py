@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
+from compatshim.devices.accelerator import on_accelerator_memory
 from compatshim.observe.placement import Placement
 from compatshim.shim import patching
 
@@ -39,7 +40,7 @@ ON_ACCELERATOR = '_compatshim_on_accelerator'
 
 def is_on_device(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is on an accelerator: any device but the host (cuda, mps, xla, ...), or the CPU fake one."""
-    return getattr(type(tensor), ON_ACCELERATOR, False) or tensor.device.type != 'cpu'
+    return getattr(type(tensor), ON_ACCELERATOR, False) or on_accelerator_memory(tensor)
 
 
 def tensors(batch: Any) -> list[torch.Tensor]:
