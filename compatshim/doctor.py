@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from compatshim import _exits
 from compatshim.config import settings as _settings
+from compatshim.devices.accelerator import accelerator, best_present
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import api
 from compatshim.shim.api import Verdict
@@ -53,70 +54,94 @@ class SelfCheck:
 
 
 def _devices() -> dict[str, bool]:
+    """Which devices torch can use here, by name (the CPU fake accelerator always)."""
     from compatshim.devices.accelerator import ACCELERATORS
 
-    return {name: found.absent() is None for name, found in ACCELERATORS.items() if name != 'cpu'}
+    return {name: found.is_host or found.absent() is None for name, found in ACCELERATORS.items()}
+
+
+class _Workload:
+    """The self-check's tiny workload: a probe ``device_transforms`` per loop (train's puts one random draw per call in
+    column 0), a model that records what each training forward saw of that column, and a loader of 16 samples."""
+
+    def __init__(self) -> None:
+        self.draws: list[float] = []
+        self.seen: list[Any] = []
+
+    def transform(self, mode: str) -> Callable[[Any], Any]:
+        import torch
+
+        def transform(batch: Any) -> Any:
+            x, y = batch
+            x = x.clone()
+            if mode == 'train':
+                self.draws.append(float(torch.rand(())))
+                x[:, 0] = self.draws[-1]
+            return x, y
+
+        return transform
+
+    def model(self) -> Any:
+        import torch
+        from composer.models import ComposerClassifier
+
+        seen = self.seen
+
+        class Spy(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                if self.training:
+                    seen.append(x[:, 0].detach().cpu().clone())
+                return x
+
+        return ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
+
+    def spec(self, mode: str) -> Any:
+        import torch
+        from composer.core import DataSpec
+        from torch.utils.data import DataLoader, TensorDataset
+
+        gen = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen))
+        return DataSpec(DataLoader(data, batch_size=8), device_transforms=self.transform(mode))
+
+    def coherent(self) -> bool:
+        """One draw per step, and every microbatch of the step carries it."""
+        return len(self.draws) == 2 and [float(v) for s in self.seen for v in s] == [
+            d for d in self.draws for _ in range(8)
+        ]
+
+
+def _run_loops(kind: str, work: _Workload, monitor: Any) -> None:
+    """A 2-step fit (microbatches of 4), an eval and a predict of ``work`` on ``kind``'s observable device."""
+    from composer import Trainer
+
+    from compatshim.testing import observable_device
+
+    trainer = Trainer(
+        model=work.model(),
+        device=observable_device(kind),
+        max_duration='2ba',
+        device_train_microbatch_size=4,
+        train_dataloader=work.spec('train'),
+        progress_bar=False,
+        precision='fp32',
+        seed=0,
+        callbacks=[monitor],
+    )
+    trainer.fit()
+    trainer.eval(eval_dataloader=work.spec('eval'))
+    trainer.predict(work.spec('predict'))
 
 
 def _self_check(kind: str, shim: bool) -> SelfCheck:
     """A 2-step fit, an eval and a predict with a probe ``device_transforms``, watched by the in-run monitor: where
     each loop's transform ran comes from the monitor; the probe only records its random draws (coherence)."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from compatshim.testing import observable_device
-
-    leg = SelfCheck(shim=shim)
-    draws: list[float] = []
-    seen: list[torch.Tensor] = []
-
-    def probe(mode: str) -> Callable[[Any], Any]:
-        def transform(batch: Any) -> Any:
-            x, y = batch
-            x = x.clone()
-            if mode == 'train':
-                draws.append(float(torch.rand(())))
-                x[:, 0] = draws[-1]
-            return x, y
-
-        return transform
-
-    class Spy(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if self.training:
-                seen.append(x[:, 0].detach().cpu().clone())
-            return x
-
-    def loader() -> DataLoader[Any]:
-        gen = torch.Generator().manual_seed(0)
-        return DataLoader(
-            TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)), batch_size=8
-        )
-
-    monitor = None
+    leg, work, monitor = SelfCheck(shim=shim), _Workload(), None
     try:
-        from composer import Trainer
-        from composer.core import DataSpec
-        from composer.models import ComposerClassifier
-
         from compatshim.monitor import TransformMonitor
 
         monitor = TransformMonitor()  # imported before the DataSpecs are built: it knows what each was given
-        model = ComposerClassifier(torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2)), num_classes=2)
-        trainer = Trainer(
-            model=model,
-            device=observable_device(kind),
-            max_duration='2ba',
-            device_train_microbatch_size=4,
-            train_dataloader=DataSpec(loader(), device_transforms=probe('train')),
-            progress_bar=False,
-            precision='fp32',
-            seed=0,
-            callbacks=[monitor],
-        )
-        trainer.fit()
-        trainer.eval(eval_dataloader=DataSpec(loader(), device_transforms=probe('eval')))
-        trainer.predict(DataSpec(loader(), device_transforms=probe('predict')))
+        _run_loops(kind, work, monitor)
     except Exception as e:  # noqa: BLE001 - the message is the finding (e.g. 0.29+ TypeError without the shim)
         leg.error = f'{type(e).__name__}: {e}'
     found = {} if monitor is None else {summary.label: summary for summary in monitor.summaries}
@@ -125,9 +150,8 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
         transform = None if summary is None else summary.transforms.get('device_transforms')
         setattr(leg, mode, transform.where if transform is not None else 'error' if leg.error else 'never called')
     leg.monitor = [summary.text for summary in found.values()]
-    if draws and seen and not leg.error:
-        # Coherent: one draw per step, and every microbatch of the step carries it.
-        leg.coherent = len(draws) == 2 and [float(v) for s in seen for v in s] == [d for d in draws for _ in range(8)]
+    if work.draws and work.seen and not leg.error:
+        leg.coherent = work.coherent()
     return leg
 
 
@@ -142,9 +166,9 @@ def _child_main(argv: Sequence[str]) -> int:
 
         api.disable()
         present = _devices()
-        kind = device or ('cuda' if present['cuda'] else 'mps' if present['mps'] else 'cpu')
-        out['devices'], out['kind'] = {'cpu': True, **present}, kind
-        if kind != 'cpu' and not present[kind]:
+        kind = device or best_present().name
+        out['devices'], out['kind'] = present, kind
+        if not present[kind]:
             out['missing'] = f'--device {kind} was asked for, but torch finds no {kind} device here: cannot tell.'
         else:
             out['without_shim'] = dataclasses.asdict(_self_check(kind, shim=False))
@@ -182,6 +206,27 @@ def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, A
         return {'crashed': f'the self-check process exited {proc.returncode}: {proc.stderr.strip()[-800:]}'}
 
 
+def _findings(before: api.ShimStatus, stage: str, untested: bool, enabled_by: Optional[str]) -> dict[str, Any]:
+    """The doctor's report before its self-check: the versions, the verdict and the settings it checks with."""
+    return {
+        'python': platform.python_version(),
+        'torch': before.torch_version,
+        'composer': before.composer_version,
+        'devices': {},
+        'verdict': before.verdict.value,
+        'family': before.family,
+        'detail': before.detail,
+        'stage': stage,
+        'allow_untested': untested,
+        'enabled_by': enabled_by,
+        'would_patch': [],
+        'kill_switch': os.environ.get(_settings.KILL_SWITCH),
+        'self_check': None,
+        'exit_code': EXIT_UNKNOWN,
+        'summary': '',
+    }
+
+
 def diagnose(
     device: Optional[str] = None, *, stage: Optional[str] = None, allow_untested: Optional[bool] = None
 ) -> dict[str, Any]:
@@ -206,23 +251,7 @@ def diagnose(
     for message in settings.ignored:
         warnings.warn(message, CompatShimWarning, stacklevel=2)
     stage, untested = settings.stage, settings.allow_untested
-    report: dict[str, Any] = {
-        'python': platform.python_version(),
-        'torch': before.torch_version,
-        'composer': before.composer_version,
-        'devices': {},
-        'verdict': before.verdict.value,
-        'family': before.family,
-        'detail': before.detail,
-        'stage': stage,
-        'allow_untested': untested,
-        'enabled_by': enabled_by,
-        'would_patch': [],
-        'kill_switch': os.environ.get(_settings.KILL_SWITCH),
-        'self_check': None,
-        'exit_code': EXIT_UNKNOWN,
-        'summary': '',
-    }
+    report = _findings(before, stage, untested, enabled_by)
     if before.composer_version is None or before.torch_version is None:
         report['summary'] = 'Composer or torch is not installed: nothing to check.'
         return report
@@ -236,7 +265,11 @@ def diagnose(
         from compatshim.shim.targets import TARGETS
 
         report['would_patch'] = list(TARGETS)
-    child = _run_child(device, stage, untested)
+    return _checked(report, _run_child(device, stage, untested), enabled_by, killed=settings.killed)
+
+
+def _checked(report: dict[str, Any], child: dict[str, Any], enabled_by: Optional[str], killed: bool) -> dict[str, Any]:
+    """``report`` with the child's self-check, the exit code and the summary (or why the child could not tell)."""
     if 'crashed' in child:
         report['summary'] = child['crashed']
         return report
@@ -246,18 +279,13 @@ def diagnose(
         return report
     without, with_shim = SelfCheck(**child['without_shim']), SelfCheck(**child['with_shim'])
     report['self_check'] = {
-        'device': 'fake accelerator (cpu)' if child['kind'] == 'cpu' else child['kind'],
+        'device': accelerator(child['kind']).label,
         'without_shim': child['without_shim'],
         'with_shim': child['with_shim'],
         'enable_error': child['enable_error'],
     }
     report['exit_code'], report['summary'] = conclude(
-        without,
-        with_shim,
-        stage,
-        enabled_by=enabled_by,
-        killed=settings.killed,
-        enable_error=child['enable_error'],
+        without, with_shim, report['stage'], enabled_by=enabled_by, killed=killed, enable_error=child['enable_error']
     )
     return report
 

@@ -71,38 +71,15 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
     with STATE.lock:
         for message in settings.ignored:
             _warn_once(message, message, CompatShimWarning)
-        composer = installed('mosaicml')
-        if composer is None:
-            raise ComposerNotInstalledError(
-                'compatshim: Composer is not installed (no "mosaicml" distribution in this environment), so there is '
-                f'nothing to patch. Install a supported release ({AFFECTED}) or drop the enable() call.',
-            )
+        composer = _installed_composer()
         if STATE.active:
             if stage is not None:
                 STATE.stage = settings.stage
             return status()
-        if settings.killed:
-            _warn_once(
-                'killed',
-                f"compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer's own "
-                'behaviour applies). Unset it to re-enable the shim.',
-                CompatShimWarning,
-            )
-            return status()
-        parsed = parse_version(composer)
-        if parsed is not None and parsed in UNAFFECTED:
-            return status()
-        family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
-        if family is None and not settings.allow_untested:
-            _warn_once(
-                'unsupported',
-                f'compatshim: Composer {composer} is outside the support table ({AFFECTED}); nothing was patched. '
-                'Pass enable(allow_untested=True) (or compatshim run --allow-untested) to patch it if its code still '
-                'has a known shape, or use a supported release.',
-                UnsupportedComposerWarning,
-            )
-            return status()
-        if STATE.enabling:  # re-entered from compatshim run's import hook, fired by _instrument's own import
+        patch, family = _patch_plan(composer, settings)
+        if (
+            not patch or STATE.enabling
+        ):  # enabling: re-entered from compatshim run's hook, fired by _instrument's import
             return status()
         STATE.enabling = True
         try:
@@ -113,6 +90,43 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         STATE.stage = settings.stage
         STATE.enabled_by = STATE.starting or 'compatshim.enable()'
         return status()
+
+
+def _installed_composer() -> str:
+    composer = installed('mosaicml')
+    if composer is None:
+        raise ComposerNotInstalledError(
+            'compatshim: Composer is not installed (no "mosaicml" distribution in this environment), so there is '
+            f'nothing to patch. Install a supported release ({AFFECTED}) or drop the enable() call.',
+        )
+    return composer
+
+
+def _patch_plan(composer: str, settings: _settings.Settings) -> tuple[bool, Optional[Family]]:
+    """Whether ``enable()`` patches ``composer``, and as which family (``None``: an untested release it is allowed to
+    patch, whose family its shape decides); a release it leaves alone is said once per process where that is news."""
+    if settings.killed:
+        _warn_once(
+            'killed',
+            f"compatshim: {KILL_SWITCH} is set in the environment; enable() patched nothing (Composer's own "
+            'behaviour applies). Unset it to re-enable the shim.',
+            CompatShimWarning,
+        )
+        return False, None
+    parsed = parse_version(composer)
+    if parsed is not None and parsed in UNAFFECTED:
+        return False, None
+    family = None if parsed is None or parsed not in AFFECTED else family_of(parsed)
+    if family is None and not settings.allow_untested:
+        _warn_once(
+            'unsupported',
+            f'compatshim: Composer {composer} is outside the support table ({AFFECTED}); nothing was patched. '
+            'Pass enable(allow_untested=True) (or compatshim run --allow-untested) to patch it if its code still '
+            'has a known shape, or use a supported release.',
+            UnsupportedComposerWarning,
+        )
+        return False, None
+    return True, family
 
 
 def _instrument(family: Optional[Family], version: str) -> Family:
