@@ -1,0 +1,150 @@
+"""A transform's work, counted rather than timed: the torch operations it dispatches, the bytes they write (by dtype)
+and the FLOPs of those torch counts (matmuls, convolutions). Counts do not depend on the machine's speed or load, so a
+heavier transform shows on every runner, every time (docs/pipeline.md, "Work").
+
+:class:`WorkCounter` wraps a transform: each call runs under a ``TorchDispatchMode`` (and torch's
+``FlopCounterMode``) on a plain copy of the batch, with the random generators put back, before the real call:
+nothing is timed, and the work is done twice, so it is used only in untimed steps. A view writes nothing; an
+in-place op writes its output; a new tensor is written once. Imports torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import random
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ['Work', 'WorkCounter']
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a transform did per call, on average over the calls counted (a transform whose work depends on its random
+    draws averages over the draws of seeded steps: the same code gives the same figures).
+
+    Attributes:
+        calls: The calls counted.
+        ops: Torch operations dispatched per call.
+        bytes_by_dtype: Bytes written per call, by dtype (``uint8``, ``float32``, ...).
+        flops: FLOPs per call, where torch counts them (matmuls, convolutions; 0 for elementwise work).
+    """
+
+    calls: int
+    ops: float
+    bytes_by_dtype: Mapping[str, float]
+    flops: float
+
+    @property
+    def bytes(self) -> float:
+        """Bytes written per call, every dtype."""
+        return float(sum(self.bytes_by_dtype.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {'calls': self.calls, 'ops': self.ops, 'bytes_by_dtype': dict(self.bytes_by_dtype), 'flops': self.flops}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Work:
+        return cls(int(data['calls']), float(data['ops']), dict(data['bytes_by_dtype']), float(data['flops']))
+
+    def text(self) -> str:
+        """``12 ops, 3,465,424 B (float32 3,145,728, uint8 319,696), 0 FLOPs per call``."""
+        dtypes = ', '.join(f'{dtype} {n:,.0f}' for dtype, n in sorted(self.bytes_by_dtype.items(), key=lambda i: -i[1]))
+        return f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
+
+
+@contextlib.contextmanager
+def _generators_kept(batch: Any) -> Iterator[None]:
+    """Every random generator a transform may draw from (Python's, numpy's if imported, torch's on the host and on
+    the batch's accelerator) as it was before the block."""
+    devices = sorted({t.device.index or 0 for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.is_cuda})
+    numpy = sys.modules.get('numpy')
+    python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
+
+
+def _storage(tensor: torch.Tensor) -> Optional[int]:
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # a tensor with no storage of its own (sparse, nested, ...)
+        return None
+
+
+class _Dispatches(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode base is untyped
+    """Counts every op and the bytes its outputs write."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops = 0
+        self.bytes: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        inputs = {_storage(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        returns = func._schema.returns
+        for index, tensor in enumerate(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)):
+            alias = returns[index].alias_info if index < len(returns) else None
+            written = alias.is_write if alias is not None else _storage(tensor) not in inputs
+            if written:
+                self.bytes[str(tensor.dtype).removeprefix('torch.')] += tensor.numel() * tensor.element_size()
+        return out
+
+
+class WorkCounter:
+    """A transform wrapper that counts the work of every call (:meth:`work` gives it per call).
+
+    Args:
+        transform: The transform to wrap (called with the batch; its result is returned).
+    """
+
+    def __init__(self, transform: Callable[[Any], Any]) -> None:
+        self.transform = transform
+        #: Why counting stopped (``None``: it did not): a transform torch cannot count is reported, never fatal.
+        self.failed: Optional[str] = None
+        self.calls = 0
+        self.ops = 0
+        self.flops = 0
+        self.bytes: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, batch: Any) -> Any:
+        if self.failed is None:
+            try:
+                self._count(batch)
+            except Exception as exc:  # noqa: BLE001 - a transform torch cannot count is reported, never fatal
+                self.failed = f'{type(exc).__name__}: {exc}'.splitlines()[0]
+        return self.transform(batch)
+
+    def _count(self, batch: Any) -> None:
+        """One counted call, on a plain copy of ``batch`` (tensor subclasses such as the fake accelerator's do not mix
+        with a dispatch mode; an in-place transform must not touch the real batch), with every random generator put
+        back after it, so that the real call draws what the counted one drew: the counts are of the real call."""
+        dispatches, flops = _Dispatches(), FlopCounterMode(display=False)
+        plain = tree_map(lambda t: t.as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else t, batch)
+        with _generators_kept(plain), flops, dispatches:
+            self.transform(plain)
+        self.calls += 1
+        self.ops += dispatches.ops
+        self.bytes.update(dispatches.bytes)
+        self.flops += int(flops.get_total_flops())
+
+    def work(self) -> Optional[Work]:
+        """The work per call so far (``None``: never called)."""
+        if not self.calls:
+            return None
+        per_call = {dtype: n / self.calls for dtype, n in self.bytes.items() if n}
+        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls)
