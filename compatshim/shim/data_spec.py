@@ -8,6 +8,7 @@ the hooks Composer calls, and notes where each transform now sits (:mod:`compats
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import sys
@@ -149,6 +150,12 @@ def _place(spec: Any, transform: Optional[Transform], family: Family, native: It
             batch = BatchHook(transform, stage, native=spec.batch_transforms, has_microbatch_hook=True, spec_name=name)
             micro = MicrobatchHook(transform, stage, native=spec.microbatch_transforms, spec_name=name)
             spec.batch_transforms, spec.microbatch_transforms = batch, micro
+    elif batch.owner != id(spec):  # a shallow copy holds its original's hooks: an assignment makes its own
+        batch, micro = copy.copy(batch), None if micro is None else copy.copy(micro)
+        vars(spec)['device_transforms' if family is Family.HOST else 'batch_transforms'] = batch
+        if micro is not None:
+            spec.microbatch_transforms = micro
+    batch.owner = id(spec)
     batch.transform = batch.given = transform
     if micro is not None:
         micro.transform = transform

@@ -126,6 +126,8 @@ class BatchHook:
         self.given: Optional[Transform] = transform
         self.has_microbatch_hook = has_microbatch_hook
         self.warned = False  # the disabled-shim warning is given once per DataSpec
+        #: ``id()`` of the DataSpec the hooks were made for (a shallow copy of it shares them until it assigns).
+        self.owner: Optional[int] = None
 
     def __call__(self, batch: Batch) -> Batch:
         if self.native is not None:

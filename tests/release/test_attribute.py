@@ -223,6 +223,21 @@ def test_copies_and_pickles_keep_the_assigned_transform() -> None:
 
 
 @NEEDS_PATCH
+def test_assigning_on_a_shallow_copy_leaves_the_original_alone() -> None:
+    """As on 0.24.1, where the attribute is the instance's own: ``copy.copy(spec)`` then an assignment on the copy."""
+    compatshim.enable()
+    first, second = Probe(), Probe()
+    spec = _spec(first)
+    clone = copy.copy(spec)
+    clone.device_transforms = second
+    assert spec.device_transforms is first and clone.device_transforms is second
+    _fit(spec)
+    _fit(clone)
+    _on_device(first, 2, 'the original')
+    _on_device(second, 2, 'the copy')
+
+
+@NEEDS_PATCH
 def test_after_disable_the_attribute_stays_readable_and_callable() -> None:
     """After ``disable()`` the attribute is a plain one again: 0.25–0.26 hold the shim's hook there (what the trainer
     calls: the transform, on the host, with a warning), 0.27+ the transform itself (which nothing calls)."""
