@@ -30,7 +30,7 @@ import torch
 
 from compatshim._version import __version__
 from compatshim.bench.metrics import LEGS, Leg
-from compatshim.bench.results import LegResult, LegStatus, now
+from compatshim.bench.results import Cause, LegResult, Missing, now
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.devices.accelerator import Accelerator, accelerator
@@ -211,21 +211,22 @@ def check(
     family, out = family_of(installed('mosaicml') or ''), {}
     for name in names:
         leg = LEGS[name]
-        out[name] = LegResult(leg.description, LegStatus.NOT_HERE, leg.missing(family), Placement.UNAVAILABLE)
-        if out[name].reason:
+        absent = leg.missing(family)
+        if absent:
+            out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
         monitor, tap = TransformMonitor(), Tap(pipeline.transform)
         with quiet():
             try:
                 trainer = _trainer(leg, pipeline, loader(leg), on.observable_device(), samples, monitor, tap)
             except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
-                out[name] = dataclasses.replace(out[name], status=LegStatus.REJECTED, reason=first_line(exc))
+                out[name] = LegResult(leg.description, Missing(Cause.REJECTED, first_line(exc)))
                 continue
             try:
                 shim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
                 trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
-                out[name] = LegResult(leg.description, LegStatus.FAILED, first_line(exc), tap.window.where)
+                out[name] = LegResult(leg.description, Missing(Cause.FAILED, first_line(exc)), tap.window.where)
                 continue
             finally:
                 shim.disable()
@@ -261,7 +262,7 @@ class Run:
     def timings(self, leg: LegResult) -> LegResult:
         """``leg`` (its check) with this run's timings: per round and per window, and the monitor's medians."""
         if self.failed:
-            return dataclasses.replace(leg, status=LegStatus.FAILED, reason=self.failed)
+            return dataclasses.replace(leg, missing=Missing(Cause.FAILED, self.failed))
         argument = self.leg.argument or ''
         seen = [(w, s.transforms[argument]) for w, s in zip(self.windows, self.summaries) if argument in s.transforms]
         return dataclasses.replace(

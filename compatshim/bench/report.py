@@ -19,8 +19,8 @@ from compatshim.bench.metrics import COMPARABLE_BY, COSTS, METRICS, REFERENCE_LE
 from compatshim.bench.results import (
     SCHEMA,
     BenchResult,
+    Cause,
     LegResult,
-    LegStatus,
     PathLike,
     Result,
     Store,
@@ -52,9 +52,10 @@ def plain_words(leg: LegResult) -> str:
     words."""
     main = next(iter(leg.h2d_bytes_by_dtype), 'nothing')
     crossed = f'{main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
-    if leg.status is LegStatus.REJECTED:
+    cause = leg.missing.cause if leg.missing else None
+    if cause is Cause.REJECTED:
         return f'rejected: DataSpec(device_transforms=...) raises {leg.reason}'
-    if leg.status is LegStatus.FAILED:
+    if cause is Cause.FAILED:
         ran = 'the transform never ran' if leg.placement is Placement.NEVER_CALLED else 'the transform ran'
         return f'silently dropped: {ran}, the model got the raw batch and training fails ({leg.reason})'
     if leg.placement is Placement.DEVICE:
@@ -254,7 +255,7 @@ def markdown(judged: list[Judged], device: str) -> str:
     for r in judged:
         for name, leg in ((n, r.result.legs[n]) for n in REFERENCE_LEGS if n in r.result.legs):
             out.append(
-                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence_text} | {leg.calls_per_step:g} '
+                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence} | {leg.calls_per_step:g} '
                 f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {spread(leg.samples_per_s, ".0f")} |'
                 if leg.available
                 else f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |'

@@ -23,7 +23,9 @@ from compatshim.observe.placement import Placement, Word
 __all__ = [
     'SCHEMA',
     'BenchResult',
+    'Cause',
     'LegResult',
+    'Missing',
     'PipelineResult',
     'Result',
     'Store',
@@ -67,33 +69,39 @@ class UnreadableResult(ValueError):
         self.reader = reader
 
 
-class LegStatus(Word):
-    """Whether a leg ran on this release, and if not, why."""
+class Cause(Word):
+    """Why a leg did not run on this release, in a word (:class:`Missing` holds it with its line)."""
 
-    RAN = 'ran'
     NOT_HERE = 'not on this release'  # the argument or the shim's stage does not exist on this release
     REJECTED = 'rejected'  # DataSpec raised TypeError (0.29+: device_transforms removed)
     FAILED = 'fails'  # the run raised (the model failed on what it was given)
 
 
-class Coherence(Word):
-    """Batch coherence as calls per step show it: one call per step keeps every batch-level draw shared."""
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """A leg that did not run on this release: the one "did not run" of the bench, its cause and the line that says
+    why. Where the rule compares placements, every missing leg is alike (``unavailable``), shown with its reason."""
 
-    COHERENT = 'coherent'
-    PER_MICROBATCH = 'per microbatch'
-    NEVER_CALLED = 'never called'
-    NO_TRANSFORM = 'no transform'
+    cause: Cause = dataclasses.field(compare=False)
+    reason: str = dataclasses.field(compare=False)
+
+    def __str__(self) -> str:
+        return f'{UNAVAILABLE} ({self.reason})'
+
+
+#: The placement schema 5 stores for a leg that was never built (not on this release, or rejected).
+UNAVAILABLE = 'unavailable'
 
 
 @dataclasses.dataclass
 class LegResult:
-    """One leg: where its transform ran, how often and what crossed to the device (from the check steps), and per
-    timed round its mean window (``round_s``) and its ``partner``'s beside it (``beside_s``); per window its
-    samples/s. The timings are empty for an untimed leg."""
+    """One leg: where its transform ran, how often and what crossed to the device (from the check steps), or why it
+    did not run (``missing``), and per timed round its mean window (``round_s``) and its ``partner``'s beside it
+    (``beside_s``); per window its samples/s. The timings are empty for an untimed leg."""
 
     description: str
-    status: LegStatus = LegStatus.RAN
-    reason: str = ''  # why it did not run
+    missing: Optional[Missing] = None
+    #: Where the transform saw its batch, as far as the leg got (a leg never built: never called).
     placement: Placement = Placement.NEVER_CALLED
     calls_per_step: float = 0.0
     h2d_bytes_per_step: int = 0
@@ -113,25 +121,43 @@ class LegResult:
 
     @property
     def available(self) -> bool:
-        return self.status is LegStatus.RAN
+        return self.missing is None
 
     @property
-    def coherence(self) -> Coherence:
-        if self.placement is Placement.NO_TRANSFORM:
-            return Coherence.NO_TRANSFORM
+    def reason(self) -> str:
+        """Why it did not run (``''``: it ran)."""
+        return '' if self.missing is None else self.missing.reason
+
+    @property
+    def coherence(self) -> str:
+        """Batch coherence as calls per step show it: one call per step keeps every batch-level draw shared; a leg
+        whose transform never ran says where it stands instead."""
         calls = self.calls_per_step
-        return Coherence.COHERENT if calls == 1 else Coherence.NEVER_CALLED if not calls else Coherence.PER_MICROBATCH
+        if calls == 1:
+            return 'coherent'
+        return f'per microbatch ({calls:g} calls/step)' if calls else str(self.placement)
 
-    @property
-    def coherence_text(self) -> str:
-        per = self.coherence is Coherence.PER_MICROBATCH
-        return f'{self.coherence} ({self.calls_per_step:g} calls/step)' if per else str(self.coherence)
+    def to_json(self) -> dict[str, Any]:
+        """As schema 5 stores a leg: ``missing`` as its ``status`` and ``reason``, and :data:`UNAVAILABLE` as the
+        placement of a leg that was never built."""
+        data = dataclasses.asdict(self)
+        del data['missing']
+        built = self.missing is None or self.missing.cause is Cause.FAILED
+        status = {'status': str(self.missing.cause) if self.missing else 'ran', 'reason': self.reason}
+        return {
+            'description': self.description,
+            **status,
+            **data,
+            'placement': self.placement if built else UNAVAILABLE,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
-        leg = cls(**known(cls, data))
-        leg.status, leg.placement = LegStatus(leg.status), Placement(leg.placement)
-        return leg
+        found = cls(**known(cls, data))
+        status, placement = data.get('status', 'ran'), data.get('placement', Placement.NEVER_CALLED)
+        found.missing = None if status == 'ran' else Missing(Cause(status), data.get('reason', ''))
+        found.placement = Placement.NEVER_CALLED if placement == UNAVAILABLE else Placement(placement)
+        return found
 
 
 @dataclasses.dataclass
@@ -203,7 +229,11 @@ class Result:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        return {'kind': self.kind, **dataclasses.asdict(self)}
+        data = {'kind': self.kind, **dataclasses.asdict(self)}
+        for name in ('legs', 'recipe'):
+            if name in data:
+                data[name] = {leg: found.to_json() for leg, found in getattr(self, name).items()}
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> Any:

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.bench.results import Coherence, LegResult, Overheads, Result, comparable, spread
+from compatshim.bench.results import LegResult, Overheads, Result, comparable, spread
 from compatshim.observe.placement import Placement, Word
 
 __all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'Source', 'judge', 'mann_whitney_p', 'worst']
@@ -104,17 +104,6 @@ class Source:
 
     def probe_of(self, result: Result) -> Optional[Overheads]:
         return result.probe(self.probe)
-
-
-@dataclasses.dataclass(frozen=True)
-class Where:
-    """A leg's placement as the rule compares it (a leg that could not run is ``unavailable``), shown with why."""
-
-    placement: Placement
-    why: str = dataclasses.field(default='', compare=False)
-
-    def __str__(self) -> str:
-        return f'{self.placement} ({self.why})' if self.why else str(self.placement)
 
 
 class Kind:
@@ -227,8 +216,8 @@ class Exact(Kind):
         leg = source.leg_of(result)
         if leg is None:
             return []
-        if not self.unit:  # the placement: a leg that could not run is unavailable, and its reason says why
-            return [Where(leg.placement) if leg.available else Where(Placement.UNAVAILABLE, leg.reason)]
+        if not self.unit:  # the placement, or why the leg did not run (every such leg alike, said with its reason)
+            return [leg.missing or leg.placement]
         return [float(getattr(leg, self.field))] if leg.available else []
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
@@ -284,8 +273,8 @@ def _on_device(source: Source, result: Result) -> Optional[str]:
         return None
     if leg.placement is not Placement.DEVICE:
         return f'the transform ran on the {leg.placement}, expected the device'
-    if source.leg == 'shim-batch' and leg.coherence is not Coherence.COHERENT:
-        return f'stage batch is {leg.coherence_text}, expected one call per step'
+    if source.leg == 'shim-batch' and leg.calls_per_step != 1:
+        return f'stage batch is {leg.coherence}, expected one call per step'
     return ''
 
 
@@ -334,7 +323,7 @@ CALLS = Exact(
 PLACEMENT_AS_BEFORE = Exact(
     'placement',
     'placement',
-    lambda old, new: new.placement is Placement.DEVICE,
+    lambda old, new: new is Placement.DEVICE,
     "a pipeline leg's placement that changes from its baseline's, other than to the device",
 )
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)

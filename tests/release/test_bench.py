@@ -18,14 +18,14 @@ from compatshim import _cli
 from compatshim.bench import reference
 from compatshim.bench.metrics import PROBES, REFERENCE_LEGS, metric
 from compatshim.bench.report import plain_words
-from compatshim.bench.results import BenchResult, LegStatus
+from compatshim.bench.results import BenchResult, Cause
 from compatshim.devices.accelerator import accelerator
 
 pytestmark = [pytest.mark.filterwarnings('ignore::UserWarning'), pytest.mark.runs_in('family')]
 
 #: What plain ``device_transforms`` does without the shim, per family: where it runs, or why it cannot (the recipe's
 #: unpatched leg, said in words).
-PLAIN = {None: 'device', 'host': 'host', 'dropped': LegStatus.FAILED, 'rejected': LegStatus.REJECTED}
+PLAIN = {None: 'device', 'host': 'host', 'dropped': Cause.FAILED, 'rejected': Cause.REJECTED}
 NATIVE = FAMILY is not None and FAMILY.value in ('dropped', 'rejected')
 
 
@@ -48,7 +48,7 @@ def test_legs_placement_and_coherence(measured: tuple[BenchResult, Path]) -> Non
     # 0.27-0.28, rejected from 0.29; the workaround batch_transforms (0.27+) on the host.
     expected = {None: 'device', 'host': 'host', 'dropped': 'never called'}.get(FAMILY.value if FAMILY else None)
     if expected is None:
-        assert legs['unpatched'].status is LegStatus.REJECTED and legs['unpatched'].reason.startswith('TypeError')
+        assert legs['unpatched'].missing.cause is Cause.REJECTED and legs['unpatched'].reason.startswith('TypeError')
     else:
         assert legs['unpatched'].placement == expected
     assert legs['native-batch'].available is NATIVE and (not NATIVE or legs['native-batch'].placement == 'host')
@@ -123,7 +123,7 @@ def test_recipe_bytes_and_what_plain_device_transforms_does(measured: tuple[Benc
     recipe = measured[0].recipe
     plain, words = recipe['unpatched'], plain_words(recipe['unpatched'])
     expected = PLAIN[FAMILY.value if FAMILY else None]
-    assert (plain.status if isinstance(expected, LegStatus) else plain.placement) == expected, words
+    assert (plain.missing.cause if isinstance(expected, Cause) else plain.placement) == expected, words
     if FAMILY is not None and FAMILY.value == 'dropped':
         assert 'silently dropped' in words and 'never ran' in words
     pixels = 8 * 3 * 16 * 16  # tiny: batch 8 of 3x16x16

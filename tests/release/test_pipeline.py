@@ -303,7 +303,7 @@ def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs(
     import copy
 
     from compatshim.bench import pipeline
-    from compatshim.bench.results import LegResult, LegStatus
+    from compatshim.bench.results import Cause, LegResult, Missing
 
     now = _recorded('main')
     before = copy.deepcopy(now)
@@ -312,7 +312,7 @@ def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs(
     before.legs['unpatched'].placement, before.legs['unpatched'].description = 'host', 'device_transforms=fn, no shim'
     before.legs['unpatched'].h2d_bytes_per_step *= 4
     for leg in ('native-batch', 'native-microbatch'):
-        before.legs[leg] = LegResult('', LegStatus.NOT_HERE, 'batch_transforms exists from Composer 0.27.0')
+        before.legs[leg] = LegResult('', Missing(Cause.NOT_HERE, 'batch_transforms exists from Composer 0.27.0'))
     code, lines = pipeline.compare(now, before, 'main')
     assert code == 0, lines
     assert any(line.startswith(f'NEW {now.pipeline} native-batch') for line in lines), lines

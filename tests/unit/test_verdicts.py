@@ -14,7 +14,7 @@ from typing import Optional
 
 import pytest
 
-from compatshim.bench.results import LegResult, LegStatus, PipelineResult
+from compatshim.bench.results import Cause, LegResult, Missing, PipelineResult
 from compatshim.bench.verdicts import AS_FAST_WITHIN, VERDICT_RULE, Told, tell, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,10 +29,10 @@ ANOTHER_MACHINE = sorted((DATA / 'pipeline-noise').glob('*.json'))
 def _result(slow: list[float], fast: list[float]) -> PipelineResult:
     """A pipeline result whose native-batch leg took ``slow`` ms per step round by round, and shim-batch ``fast``."""
     legs = {
-        'unpatched': LegResult('unpatched', LegStatus.REJECTED, 'TypeError: no device_transforms'),
+        'unpatched': LegResult('unpatched', Missing(Cause.REJECTED, 'TypeError: no device_transforms')),
         'native-batch': LegResult('native', round_s=[ms / 1e3 for ms in slow]),
         'shim-batch': LegResult('shim', round_s=[ms / 1e3 for ms in fast]),
-        'shim-microbatch': LegResult('microbatch', LegStatus.FAILED, 'RuntimeError: not timed here'),
+        'shim-microbatch': LegResult('microbatch', Missing(Cause.FAILED, 'RuntimeError: not timed here')),
     }
     size = {'name': 'default', 'steps': 1, 'rounds': len(fast)}
     return PipelineResult('0.32.1', '2.7.0', 'cpu', 'rejected', {'size': size}, 'now', legs)
