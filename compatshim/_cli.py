@@ -203,7 +203,7 @@ def _report_command(args: argparse.Namespace) -> int:
     missing: list[str] = []
     for result in found:
         entry, absent = report.judge(result, args.baselines)
-        path = results.Store(Path(args.baselines) / result.device, results.BenchResult).path(result.env)
+        path = results.reference_store(args.baselines, result.device).path(result.env)
         if absent and not (args.record and (args.replace or not path.exists())):  # unless --record writes it below
             missing.append(absent)
         judged.setdefault(result.device, []).append(entry)

@@ -296,9 +296,6 @@ class Session:
     def fields(self, of: Size, **keys: Any) -> dict[str, Any]:
         """The fields of every result (``keys``: a bench's own fingerprint keys)."""
         return {
-            'composer': self.composer,
-            'torch': torch.__version__,
-            'device': self.on.name,
             'family': getattr(family_of(self.composer), 'value', UNAFFECTED_FAMILY),
             'fingerprint': fingerprint(self.on, of, self.fixed, **keys),
             'measured_at': now(),
@@ -525,21 +522,25 @@ def _git_commit() -> Optional[str]:
     return found.stdout.strip() or None if found.returncode == 0 else None
 
 
+def workload_keys(device: str, of: Size) -> dict[str, Any]:
+    """What a fingerprint says was measured: the device, the size and the engine's version (with a bench's own keys,
+    what a baseline must match), as a run says it before it runs."""
+    return {'device': device, 'size': dataclasses.asdict(of), 'workload_version': VERSION}
+
+
 def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The machine and software a result was measured on: reported (machines that share a CPU model string differ by
-    1.7x), except what the comparability keys name."""
+    """The machine and software a result was measured on, each value once: reported (machines that share a CPU model
+    string differ by 1.7x), except what the comparability keys name (:func:`workload_keys` and a bench's ``fields``)."""
     return {
         'cpu_model': _cpu_model(),
         'cpu_count': os.cpu_count(),
         **accelerator.hardware(),
         **fixed,
-        'device': accelerator.name,
         'python': platform.python_version(),
         'torch': torch.__version__,
         'composer': installed('mosaicml'),
         'compatshim': __version__,
         'git_commit': _git_commit(),
-        'size': dataclasses.asdict(of),
-        'workload_version': VERSION,
+        **workload_keys(accelerator.name, of),
         **fields,
     }

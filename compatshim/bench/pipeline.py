@@ -121,11 +121,10 @@ def _samples(name: str, pipeline: Pipeline, batch: Any) -> int:
         raise _raised(name, exc) from None
 
 
-def _keys(name: str, device: str, size: Size, samples: int, pipeline: Pipeline) -> dict[str, Any]:
-    """The fingerprint's keys a baseline must match (:data:`compatshim.bench.metrics.PIPELINE_COMPARABLE_BY`)."""
-    microbatch = pipeline.microbatch_size or samples
-    return {'pipeline': name, 'size': dataclasses.asdict(size), 'device': device, 'samples_per_step': samples,
-            'microbatch_size': microbatch, 'workload_version': engine.VERSION}  # fmt: skip
+def _keys(name: str, samples: int, pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline bench's own fingerprint keys, which a baseline must match beside the engine's
+    (:data:`compatshim.bench.metrics.PIPELINE_COMPARABLE_BY`)."""
+    return {'pipeline': name, 'samples_per_step': samples, 'microbatch_size': pipeline.microbatch_size or samples}
 
 
 def measure(
@@ -156,8 +155,8 @@ def measure(
             legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, source, pairs, (observed, ceiling))
         except ValueError as exc:
             raise PipelineError(str(exc)) from None
-        result = PipelineResult(**run.fields(size, **_keys(name, device, size, samples, pipeline)), legs=legs)
-    result.pipeline, result.verdicts = name, verdicts(result)
+        result = PipelineResult(**run.fields(size, **_keys(name, samples, pipeline)), legs=legs)
+    result.verdicts = verdicts(result)
     return result
 
 
@@ -170,7 +169,7 @@ def refuse_unlike(
         batch = next(iter(pipeline.dataloader))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
         raise _raised(name, exc) from None
-    planned = _keys(name, device, size, _samples(name, pipeline, batch), pipeline)
+    planned = {**engine.workload_keys(device, size), **_keys(name, _samples(name, pipeline, batch), pipeline)}
     unlike = comparable(planned, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         raise PipelineError(

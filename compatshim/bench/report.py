@@ -23,9 +23,9 @@ from compatshim.bench.results import (
     LegResult,
     PathLike,
     Result,
-    Store,
     baseline_for,
     quartiles,
+    reference_store,
     spread,
 )
 from compatshim.config.support import split_env
@@ -154,7 +154,7 @@ def judge(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optional[st
     has none to be judged against (:func:`~compatshim.bench.results.baseline_for`): the one flow of ``compatshim
     report`` and ``compatshim bench --baselines``."""
     baseline, missing = baseline_for(baselines, result)
-    named = Store(Path(baselines) / result.device, BenchResult).path(result.env).as_posix() if baseline else None
+    named = reference_store(baselines, result.device).path(result.env).as_posix() if baseline else None
     return Judged(result, baseline, named, rule.judge(result, baseline, METRICS, COMPARABLE_BY)), missing
 
 

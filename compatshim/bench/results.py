@@ -31,6 +31,7 @@ __all__ = [
     'Store',
     'gather',
     'read',
+    'reference_store',
     'spread',
     'written_by',
 ]
@@ -178,11 +179,9 @@ class Overheads:
 
 @dataclasses.dataclass
 class Result:
-    """One run of the engine on one release: what both benches have."""
+    """One run of the engine on one release: what both benches have. The Composer, torch and device it ran on are
+    read from its fingerprint, where they are stored once (schema 5 repeats them at the top of its JSON)."""
 
-    composer: str
-    torch: str
-    device: str
     family: str  # a Family's value ('host', 'dropped', 'rejected'), or UNAFFECTED_FAMILY
     #: What it ran on (reported), and what must match for a baseline to compare (``Metric``'s comparability keys).
     fingerprint: dict[str, Any]
@@ -193,6 +192,18 @@ class Result:
     #: How a stored result says which record it is, and the command that makes it.
     kind: ClassVar[str] = ''
     command: ClassVar[str] = ''
+
+    @property
+    def composer(self) -> str:
+        return str(self.fingerprint['composer'])
+
+    @property
+    def torch(self) -> str:
+        return str(self.fingerprint['torch'])
+
+    @property
+    def device(self) -> str:
+        return str(self.fingerprint['device'])
 
     @property
     def affected(self) -> bool:
@@ -229,7 +240,8 @@ class Result:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        data = {'kind': self.kind, **dataclasses.asdict(self)}
+        repeated = {'composer': self.composer, 'torch': self.torch, 'device': self.device}
+        data = {'kind': self.kind, **repeated, **dataclasses.asdict(self)}
         for name in ('legs', 'recipe'):
             if name in data:
                 data[name] = {leg: found.to_json() for leg, found in getattr(self, name).items()}
@@ -307,11 +319,20 @@ class BenchResult(Result):
 class PipelineResult(Result):
     """One run of ``compatshim bench --pipeline``: a user's pipeline, leg by leg, with the ceiling, and the verdicts."""
 
-    pipeline: str = ''  # MODULE:CALLABLE
     #: The verdicts, in words (the shim's factor, batch against microbatch, input-bound or not).
     verdicts: list[str] = dataclasses.field(default_factory=list)
     kind: ClassVar[str] = 'pipeline'
     command: ClassVar[str] = 'compatshim bench --pipeline'
+
+    @property
+    def pipeline(self) -> str:
+        """The pipeline it measured (``MODULE:CALLABLE``), as its fingerprint says."""
+        return str(self.fingerprint['pipeline'])
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        verdicts = data.pop('verdicts')
+        return {**data, 'pipeline': self.pipeline, 'verdicts': verdicts}
 
 
 def written_by(data: Any) -> Optional[tuple[type[Result], Any, Optional[str]]]:
@@ -468,12 +489,18 @@ def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
     return found
 
 
+def reference_store(root: PathLike, device: str) -> Store:
+    """The reference bench's baselines of ``device`` under ``root`` (``<root>/<device>/<env>.json``): the one place that
+    path is built."""
+    return Store(Path(root) / device, BenchResult)
+
+
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
     """``result``'s baseline under ``root`` (``<root>/<device>/<env>.json``), and the line that fails the run when
     there is none to judge against: one that cannot be read, or none although its device has some (a renamed env, or a
     forgotten ``--record``); a device with no baselines at all is a first run. The one rule of ``compatshim report``
     and ``compatshim bench --baselines``."""
-    store = Store(Path(root) / result.device, BenchResult)
+    store = reference_store(root, result.device)
     record = f'tox -e bench-{result.env},report -- --record'
     elsewhere = 'compatshim report --results RESULT.json --baselines DIR --out DIR --record'
     try:
@@ -495,4 +522,4 @@ def record_baseline(result: BenchResult, root: PathLike, replace: bool = False) 
     """Write ``result`` as the baseline of its env (never over one unless ``replace``; never a planted run)."""
     if result.planted:
         raise ValueError(f'{result.env}: a run with a planted slowdown cannot be recorded as a baseline')
-    return Store(Path(root) / result.device, BenchResult).save(result, result.env, replace)
+    return reference_store(root, result.device).save(result, result.env, replace)

@@ -307,7 +307,7 @@ def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs(
 
     now = _recorded('main')
     before = copy.deepcopy(now)
-    before.composer = '0.26.1'
+    before.fingerprint['composer'] = '0.26.1'
     before.legs['unpatched'] = copy.deepcopy(now.legs['shim-batch'])
     before.legs['unpatched'].placement, before.legs['unpatched'].description = 'host', 'device_transforms=fn, no shim'
     before.legs['unpatched'].h2d_bytes_per_step *= 4
@@ -331,7 +331,6 @@ def test_a_baseline_that_is_not_comparable_is_refused_before_anything_is_measure
     baselines = user_repo / '.compatshim' / 'benchmarks'
     baselines.mkdir(parents=True)
     saved = _recorded('main')
-    saved.pipeline = SPEC
     saved.fingerprint['pipeline'] = SPEC
     (baselines / 'main.json').write_text(json.dumps(saved.to_json()))
     before = {p: p.read_bytes() for p in user_repo.rglob('*') if p.is_file()}

@@ -18,7 +18,7 @@ import pytest
 from compatshim import _cli
 from compatshim.bench import rule
 from compatshim.bench.metrics import COMPARABLE_BY, METRICS, PIPELINE_COMPARABLE_BY, Gate, metric, pipeline_metrics
-from compatshim.bench.results import BenchResult, PipelineResult, Store, gather, record_baseline
+from compatshim.bench.results import BenchResult, PipelineResult, gather, record_baseline, reference_store
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / 'matrix' / 'baselines'
@@ -313,7 +313,7 @@ def test_on_a_gpu_shim_batch_over_unpatched_is_the_speed_up_not_a_gate() -> None
     ratio is reported (it is what the shim is for there); stage batch is gated by placement, bytes and its hook."""
     result = recorded('composer0.28.0-cpu')
     on_gpu = copy.deepcopy(result)
-    on_gpu.device = 'cuda'
+    on_gpu.fingerprint['device'] = 'cuda'
     metrics = {j.metric for j in judged(_scaled(on_gpu, shim=0.5), on_gpu)}
     assert host_ratio(result) not in metrics and 'shim-microbatch/native-microbatch' in metrics
 
@@ -372,7 +372,7 @@ def test_record_never_overwrites(tmp_path: Path) -> None:
     result = recorded('composer0.28.0-cpu')
     path = record_baseline(result, tmp_path)
     assert path == tmp_path / 'cpu' / 'composer0.28.0-cpu.json'
-    assert Store(tmp_path / 'cpu', BenchResult).load(result.env) == result
+    assert reference_store(tmp_path, 'cpu').load(result.env) == result
     with pytest.raises(FileExistsError, match='--replace'):
         record_baseline(result, tmp_path)
     with pytest.raises(ValueError, match='planted'):
@@ -394,10 +394,10 @@ def test_report_records_missing_baselines_only(tmp_path: Path) -> None:
     (folder / 'r.json').write_text(json.dumps(result.to_json()))
     args = ['report', '--results', str(folder), '--baselines', str(baselines), '--out', str(tmp_path / 'out')]
     assert _cli.main([*args, '--no-png', '--record']) == 0  # no baseline: inconclusive, then recorded
-    first = (baselines / 'cpu' / 'composer0.26.1-cpu.json').read_text()
+    first = reference_store(baselines, 'cpu').path(result.env).read_text()
     (folder / 'r.json').write_text(json.dumps(_scaled(result, shim=0.5).to_json()))
     assert _cli.main([*args, '--no-png', '--record']) == 1  # judged against the recorded one; not overwritten
-    assert (baselines / 'cpu' / 'composer0.26.1-cpu.json').read_text() == first
+    assert reference_store(baselines, 'cpu').path(result.env).read_text() == first
 
 
 def _renamed() -> BenchResult:

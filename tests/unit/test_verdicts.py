@@ -35,7 +35,8 @@ def _result(slow: list[float], fast: list[float]) -> PipelineResult:
         'shim-microbatch': LegResult('microbatch', Missing(Cause.FAILED, 'RuntimeError: not timed here')),
     }
     size = {'name': 'default', 'steps': 1, 'rounds': len(fast)}
-    return PipelineResult('0.32.1', '2.7.0', 'cpu', 'rejected', {'size': size}, 'now', legs)
+    fingerprint = {'composer': '0.32.1', 'torch': '2.7.0', 'device': 'cpu', 'size': size}
+    return PipelineResult('rejected', fingerprint, 'now', legs)
 
 
 def _ratios(per_round: list[float], fast: Optional[list[float]] = None) -> PipelineResult:
