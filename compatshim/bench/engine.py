@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, TextIO
 import torch
 
 from compatshim._version import __version__
-from compatshim.bench.metrics import LEGS, Leg
+from compatshim.bench.metrics import LEGS, Leg, Pair
 from compatshim.bench.results import Cause, LegResult, Missing, now
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
@@ -255,8 +255,7 @@ class Run:
     samples: list[int] = dataclasses.field(default_factory=list)
     summaries: list[Any] = dataclasses.field(default_factory=list)
     round_s: list[float] = dataclasses.field(default_factory=list)
-    beside_s: list[float] = dataclasses.field(default_factory=list)
-    partner: str = ''
+    beside: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     failed: str = ''
 
     def timings(self, leg: LegResult) -> LegResult:
@@ -267,9 +266,8 @@ class Run:
         seen = [(w, s.transforms[argument]) for w, s in zip(self.windows, self.summaries) if argument in s.transforms]
         return dataclasses.replace(
             leg,
-            partner=self.partner,
+            beside=self.beside,
             round_s=self.round_s,
-            beside_s=self.beside_s,
             samples_per_s=[n / s for n, s in zip(self.samples, self.windows) if s > 0],
             transform_ms=_median(t.ms_per_step for _, t in seen),
             transform_share=_median(t.ms_in_all / (w * 1e3) for w, t in seen if t.ms_in_all is not None and w > 0),
@@ -346,7 +344,7 @@ def measure(
     size: Size,
     samples: int,
     source: Source,
-    pairs: list[tuple[str, str]],
+    pairs: list[Pair],
     ceiling: Optional[tuple[list[Any], list[Any]]] = None,
     timed: Callable[[LegResult], bool] = lambda leg: True,
     transform: Optional[Callable[[Leg], Any]] = None,
@@ -384,11 +382,11 @@ def measure(
     return {name: made[name].timings(leg) if name in made else leg for name, leg in checked.items()}
 
 
-def schedule(names: list[str], pairs: list[tuple[str, str]], round_: int) -> list[list[str]]:
+def schedule(names: list[str], pairs: list[Pair], round_: int) -> list[list[str]]:
     """One round's windows in groups: each pair back to back, its order alternating from round to round (a drift
     touches both sides alike), every other leg alone; the groups shuffled by the round."""
-    groups = [[a, b] if (round_ + i) % 2 else [b, a] for i, (a, b) in enumerate(pairs)]
-    groups += [[name] for name in names if not any(name in pair for pair in pairs)]
+    groups = [[p.leg, p.partner] if (round_ + i) % 2 else [p.partner, p.leg] for i, p in enumerate(pairs)]
+    groups += [[name] for name in names if not any(name in (p.leg, p.partner) for p in pairs)]
     return random.Random(round_).sample(groups, len(groups))
 
 
@@ -411,7 +409,7 @@ def _window(run: Run, accelerator: Accelerator, clock: Callable[[], float]) -> f
 
 def time(
     made: dict[str, Run],
-    pairs: list[tuple[str, str]],
+    pairs: list[Pair],
     accelerator: Accelerator,
     rounds: int,
     say: Callable[[str], None],
@@ -420,9 +418,9 @@ def time(
     """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then ``rounds``
     timed rounds of :func:`schedule`; ``after_round(round)`` after each round's windows (the probes)."""
     clock = accelerator.clock()
-    pairs = [(a, b) for a, b in pairs if a in made and b in made]
-    for leg, partner in pairs:
-        made[leg].partner = partner
+    pairs = [pair for pair in pairs if pair.leg in made and pair.partner in made]
+    for pair in pairs:
+        made[pair.leg].beside[pair.partner] = []
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
     # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
@@ -443,7 +441,7 @@ def time(
 
 def _round(
     made: dict[str, Run],
-    pairs: list[tuple[str, str]],
+    pairs: list[Pair],
     accelerator: Accelerator,
     clock: Callable[[], float],
     round_: int,
@@ -459,9 +457,9 @@ def _round(
                 if round_:
                     raise
                 made[name].failed = first_line(exc)
-        for leg, partner in pairs:
-            if round_ and leg in took and partner in took:
-                made[leg].beside_s.append(took[partner])
+        for pair in pairs:  # each pair's rounds under its partner's name: a leg's partners never mix
+            if round_ and pair.leg in took and pair.partner in took:
+                made[pair.leg].beside[pair.partner].append(took[pair.partner])
         for name, seconds in took.items():
             spent[name].append(seconds)
     if after_round is not None:

@@ -156,9 +156,18 @@ def metric(metric_id: str) -> Metric:
     return found
 
 
-def pairs(metrics: Iterable[Metric]) -> list[tuple[str, str]]:
-    """The (leg, partner) pairs of the same-run ratios among ``metrics``: what the engine runs back to back."""
-    return [(m.source.leg, m.source.partner) for m in metrics if m.kind.paired]
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """Two legs the engine times back to back in every round: ``leg``'s ratio is ``partner``'s window beside it over its
+    own, kept under the partner's name (a leg may have more than one partner)."""
+
+    leg: str
+    partner: str
+
+
+def pairs(metrics: Iterable[Metric]) -> list[Pair]:
+    """The pairs of the same-run ratios among ``metrics``: what the engine runs back to back."""
+    return [Pair(m.source.leg, m.source.partner) for m in metrics if m.kind.paired]
 
 
 def pipeline_metrics(legs: Iterable[str]) -> tuple[Metric, ...]:

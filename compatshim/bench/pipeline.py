@@ -150,7 +150,7 @@ def measure(
             raise _raised(name, exc) from None
         samples = _samples(name, pipeline, batches[0])
         observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
-        pairs = [(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
+        pairs = [metrics.Pair(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
         try:
             legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, source, pairs, (observed, ceiling))
         except ValueError as exc:

@@ -97,8 +97,9 @@ UNAVAILABLE = 'unavailable'
 @dataclasses.dataclass
 class LegResult:
     """One leg: where its transform ran, how often and what crossed to the device (from the check steps), or why it
-    did not run (``missing``), and per timed round its mean window (``round_s``) and its ``partner``'s beside it
-    (``beside_s``); per window its samples/s. The timings are empty for an untimed leg."""
+    did not run (``missing``), and per timed round its mean window (``round_s``) and, for each leg it was paired
+    with, that partner's window beside it (``beside``, by the partner's name); per window its samples/s. The timings
+    are empty for an untimed leg."""
 
     description: str
     missing: Optional[Missing] = None
@@ -107,9 +108,8 @@ class LegResult:
     calls_per_step: float = 0.0
     h2d_bytes_per_step: int = 0
     h2d_bytes_by_dtype: dict[str, int] = dataclasses.field(default_factory=dict)
-    partner: str = ''
+    beside: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     round_s: list[float] = dataclasses.field(default_factory=list)
-    beside_s: list[float] = dataclasses.field(default_factory=list)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
     #: Per step, medians over the timed windows: the transform's time (ms, on the window's clock), its share of the
     #: window (the same clock, so never above 1), the wait for data (ms) and its share of the step (host wall time).
@@ -139,18 +139,22 @@ class LegResult:
         return f'per microbatch ({calls:g} calls/step)' if calls else str(self.placement)
 
     def to_json(self) -> dict[str, Any]:
-        """As schema 5 stores a leg: ``missing`` as its ``status`` and ``reason``, and :data:`UNAVAILABLE` as the
-        placement of a leg that was never built."""
-        data = dataclasses.asdict(self)
-        del data['missing']
+        """As schema 5 stores a leg (:data:`STORED`): ``missing`` as its ``status`` and ``reason``,
+        :data:`UNAVAILABLE` as the placement of a leg that was never built, and its pair as one ``partner`` with its
+        windows (``beside_s``); a leg timed beside two partners is refused: schema 5 holds one."""
+        if len(self.beside) > 1:
+            raise ValueError(f'{self.description}: timed beside {", ".join(self.beside)}; a result holds one partner')
         built = self.missing is None or self.missing.cause is Cause.FAILED
-        status = {'status': str(self.missing.cause) if self.missing else 'ran', 'reason': self.reason}
-        return {
-            'description': self.description,
-            **status,
-            **data,
+        (partner, beside_s), *_ = [*self.beside.items(), ('', [])]
+        stored = {
+            **dataclasses.asdict(self),
+            'status': str(self.missing.cause) if self.missing else 'ran',
+            'reason': self.reason,
             'placement': self.placement if built else UNAVAILABLE,
+            'partner': partner,
+            'beside_s': list(beside_s),
         }
+        return {key: stored[key] for key in STORED}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
@@ -158,7 +162,29 @@ class LegResult:
         status, placement = data.get('status', 'ran'), data.get('placement', Placement.NEVER_CALLED)
         found.missing = None if status == 'ran' else Missing(Cause(status), data.get('reason', ''))
         found.placement = Placement.NEVER_CALLED if placement == UNAVAILABLE else Placement(placement)
+        found.beside = {data['partner']: list(data.get('beside_s', []))} if data.get('partner') else {}
         return found
+
+
+#: A leg's keys in a stored result (schema 5), in their order.
+STORED = (
+    'description',
+    'status',
+    'reason',
+    'placement',
+    'calls_per_step',
+    'h2d_bytes_per_step',
+    'h2d_bytes_by_dtype',
+    'partner',
+    'round_s',
+    'beside_s',
+    'samples_per_s',
+    'transform_ms',
+    'transform_share',
+    'wait_ms',
+    'wait_share',
+    'monitor',
+)
 
 
 @dataclasses.dataclass

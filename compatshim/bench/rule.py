@@ -141,9 +141,10 @@ class Ratio(Kind):
 
     def read(self, source: Source, result: Result) -> list[Any]:
         leg = source.leg_of(result)
-        if leg is None or leg.partner != source.partner:
+        if leg is None:
             return []
-        return [beside / own for own, beside in zip(leg.round_s, leg.beside_s)]
+        beside = leg.beside.get(source.partner, [])  # its own pair's rounds, under the partner's name
+        return [partner_s / own_s for own_s, partner_s in zip(leg.round_s, beside)]
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before and self.min_effect is not None, 'judged against a baseline'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -75,7 +76,8 @@ def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult
     for name, leg in result.legs.items():
         timed = leg.available and leg.calls_per_step > 0
         assert len(leg.samples_per_s) == len(leg.round_s) == (rounds if timed else 0), name
-        assert leg.partner == partners.get(name, '') and len(leg.beside_s) == (rounds if leg.partner else 0), name
+        assert list(leg.beside) == [partners[name]] if name in partners else not leg.beside, name
+        assert all(len(windows) == rounds for windows in leg.beside.values()), name
     assert len(metric(f'shim-batch/{host}').read(result)) == rounds
     assert bool(metric('shim-microbatch/native-microbatch').read(result)) is NATIVE
     assert set(result.overheads) == (set(PROBES) if IS_AFFECTED else {'monitor'})
@@ -86,6 +88,46 @@ def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult
     assert len(metric('monitor share of a step').read(result)) == rounds
     assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
     assert 'on the device' in result.legs['shim-batch'].monitor
+
+
+class _Clocked:
+    """A timed leg's Trainer, monitor and device on one fake clock: each window costs its leg ``cost`` seconds."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        self.clock, self.cost = clock, cost
+        self.state = SimpleNamespace(timestamp=SimpleNamespace(sample=0))
+        self.summaries = [SimpleNamespace(transforms={}, wait_ms_per_step=None, wait_share=None)]
+
+    def fit(self, duration: str) -> None:
+        self.clock[0] += self.cost
+        self.state.timestamp.sample += 32
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_leg_timed_beside_two_partners_reads_each_partners_own_rounds() -> None:
+    """A schedule that times shim-batch beside unpatched and beside native-batch: each ratio reads the windows of its
+    own partner, under its name, round by round. Each window costs its leg a fixed time on a fake clock, so every ratio
+    is exact. (A leg's partner was one field, which the second pair overwrote, and a ratio paired the rounds with the
+    partners' windows by position: one ratio read nothing, the other both partners' windows in turn.)"""
+    from compatshim.bench import engine
+    from compatshim.bench.metrics import LEGS, Pair
+    from compatshim.bench.results import LegResult
+
+    clock = [0.0]
+    on = SimpleNamespace(clock=lambda: lambda: clock[0], synchronize=lambda: None)
+    costs = {'unpatched': 3.0, 'native-batch': 5.0, 'shim-batch': 2.0}
+    fakes = {name: _Clocked(clock, cost) for name, cost in costs.items()}
+    made = {name: engine.Run(LEGS[name], fake, fake) for name, fake in fakes.items()}  # its trainer and its monitor
+    pairs = [Pair('shim-batch', 'unpatched'), Pair('shim-batch', 'native-batch')]
+    engine.time(made, pairs, on, 4, lambda line: None)  # type: ignore[arg-type]
+    legs = {name: run.timings(LegResult(name)) for name, run in made.items()}
+    result = BenchResult('dropped', {'size': {'name': 'tiny', 'steps': 1}}, 'now', legs)
+    assert metric('shim-batch/unpatched').read(result) == [1.5] * 4
+    assert metric('shim-batch/native-batch').read(result) == [2.5] * 4
+    with pytest.raises(ValueError, match='timed beside unpatched, native-batch; a result holds one partner'):
+        legs['shim-batch'].to_json()
 
 
 class _Counting:

@@ -81,7 +81,7 @@ def _scaled(
         factor = machine * (shim if name.startswith('shim') else 1.0)
         leg.samples_per_s = [v * factor for v in leg.samples_per_s]
         leg.round_s = [v / factor for v in leg.round_s]
-        leg.beside_s = [v / machine for v in leg.beside_s]
+        leg.beside = {partner: [v / machine for v in windows] for partner, windows in leg.beside.items()}
     for name, found in out.overheads.items():
         extra = hook_us * 1e-6 * found.calls if name.startswith('hook') else 0.0
         own = monitor if name == 'monitor' else 1.0
