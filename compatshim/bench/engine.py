@@ -1,11 +1,12 @@
 """The one measuring engine, for the reference workload and a user's pipeline alike (docs/harness.md).
 
 A :class:`Pipeline` is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer
-``Trainer`` over the same batches: :func:`check` runs every leg a few untimed steps on an *observable* device under a
-``TransformMonitor`` (placement, calls, bytes, or why it cannot run); :func:`time` runs the timed legs on Composer's
-own device (plain ``DeviceCPU`` on cpu: the same transform costs the same on every leg) in rounds of windows, the legs
-of each judged pair back to back (:func:`schedule`), on the accelerator's clock. :func:`session` is what every bench
-fixes around that (:func:`pinned`). Imports torch (and Composer, when measuring).
+``Trainer`` over the same batches, and :func:`measure` is the only way in: :func:`check` runs every leg a few untimed
+steps on an *observable* device under a ``TransformMonitor`` (placement, calls, bytes, or why it cannot run);
+:func:`time` runs the legs a :class:`Schedule` times on Composer's own device (plain ``DeviceCPU`` on cpu: the same
+transform costs the same on every leg) in rounds of windows, each of its pairs back to back, on the accelerator's
+clock. :func:`session` is what every bench fixes around that (:func:`pinned`); :func:`shim_state` is the one switch of
+the shim. Imports torch (and Composer, when measuring).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time as _clock
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, TextIO
 
 import torch
@@ -39,7 +40,7 @@ from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
 from compatshim.shim import api as shim
 
-__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Session', 'Size', 'measure', 'schedule', 'session', 'time']
+__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Schedule', 'Session', 'Size', 'measure', 'session', 'shim_state', 'time']
 
 #: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
 #: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
@@ -98,7 +99,8 @@ def first_line(exc: BaseException) -> str:
 
 
 class Source:
-    """One iterator over a dataloader, shared by every leg (one set of workers), started over when it runs out."""
+    """One iterator over a dataloader (or a list of batches), shared by every leg that draws from it (one set of
+    workers), started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -117,19 +119,16 @@ class Source:
 
 @dataclasses.dataclass
 class Windows:
-    """An epoch of ``steps`` batches from the source, or (``replay``) the same stored batches every epoch."""
+    """An epoch of ``steps`` batches from ``source``, each epoch continuing where the last one stopped (over a list of
+    ``steps`` batches: the same batches every epoch)."""
 
-    source: Optional[Source]
+    source: Source
     steps: int
-    replay: Optional[list[Any]] = None
 
     def __len__(self) -> int:
-        return self.steps if self.replay is None else len(self.replay)
+        return self.steps
 
     def __iter__(self) -> Iterator[Any]:
-        if self.replay is not None:
-            return iter(self.replay)
-        assert self.source is not None
         return (self.source.next() for _ in range(self.steps))
 
 
@@ -156,7 +155,7 @@ def samples_in(pipeline: Pipeline, batch: Any) -> int:
     """Samples in ``batch``, as Composer counts them (or as the pipeline's own ``get_num_samples_in_batch`` does)."""
     from composer.core import DataSpec
 
-    count = pipeline.get_num_samples_in_batch or DataSpec(Windows(None, 1, [batch])).get_num_samples_in_batch
+    count = pipeline.get_num_samples_in_batch or DataSpec(Windows(Source([batch]), 1)).get_num_samples_in_batch
     return int(count(batch))
 
 
@@ -167,16 +166,13 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
 
-    shim.enable(stage=leg.stage) if leg.stage else shim.disable()
     arguments: dict[str, Any] = {} if leg.argument is None else {leg.argument: fn}
-    if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
-        arguments['data_transfer_stage'] = leg.stage
     if pipeline.get_num_samples_in_batch is not None:
         arguments['get_num_samples_in_batch'] = pipeline.get_num_samples_in_batch
-    try:
+    with shim_state(leg.stage):
+        if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
+            arguments['data_transfer_stage'] = leg.stage
         spec = DataSpec(loader, **arguments)
-    finally:
-        shim.disable()
     model = copy.deepcopy(pipeline.model) if pipeline.model is not None else _consumer()
     return Trainer(
         model=model,
@@ -193,6 +189,21 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
 
 
 @contextlib.contextmanager
+def shim_state(stage: Optional[str]) -> Iterator[None]:
+    """The one switch of the shim in the bench: for the block, enabled at ``stage`` (``''``: its default stage, as
+    ``enable()`` chooses it) or disabled (``None``); after it, as it was before, whatever happened inside."""
+    before = shim.status()
+    try:
+        shim.disable() if stage is None else shim.enable(stage=stage or None)
+        yield
+    finally:
+        if before.stage is None:
+            shim.disable()
+        else:
+            shim.enable(stage=before.stage, allow_untested=before.allow_untested)
+
+
+@contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """What the monitor would warn of in a leg, the bench reports per leg; Composer's advice on microbatch sizes too."""
     with warnings.catch_warnings():
@@ -202,13 +213,13 @@ def quiet() -> Iterator[None]:
 
 
 def check(
-    pipeline: Pipeline, names: list[str], on: Accelerator, loader: Callable[[Leg], Any], samples: int
+    session: Session, pipeline: Pipeline, names: list[str], loader: Callable[[Leg], Any], samples: int
 ) -> dict[str, LegResult]:
     """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
     what the monitor saw of them (or why the leg cannot run)."""
     from compatshim.monitor import TransformMonitor
 
-    family, out = family_of(installed('mosaicml') or ''), {}
+    family, out = family_of(session.composer), {}
     for name in names:
         leg = LEGS[name]
         absent = leg.missing(family)
@@ -218,18 +229,20 @@ def check(
         monitor, tap = TransformMonitor(), Tap(pipeline.transform)
         with quiet():
             try:
-                trainer = _trainer(leg, pipeline, loader(leg), on.observable_device(), samples, monitor, tap)
+                device = session.on.observable_device()
+                trainer = _trainer(leg, pipeline, loader(leg), device, samples, monitor, tap)
             except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
                 out[name] = LegResult(leg.description, Missing(Cause.REJECTED, first_line(exc)))
                 continue
             try:
-                shim.enable()  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
-                trainer.fit(duration=f'{CHECK_STEPS}ba')
+                with shim_state(
+                    ''
+                ):  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
+                    trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
                 out[name] = LegResult(leg.description, Missing(Cause.FAILED, first_line(exc)), tap.window.where)
                 continue
             finally:
-                shim.disable()
                 trainer.close()
         summary = monitor.summaries[-1]
         seen = summary.transforms.get(leg.argument or '')
@@ -283,19 +296,21 @@ def _median(values: Iterator[Optional[float]]) -> Optional[float]:
 
 @dataclasses.dataclass
 class Session:
-    """One bench run: its accelerator, the installed Composer, its progress lines, what :func:`pinned` fixed."""
+    """One bench run: its accelerator, the installed Composer, its size, its progress lines, what :func:`pinned`
+    fixed."""
 
     on: Accelerator
     composer: str
+    size: Size
     say: Callable[[str], None]
     fixed: dict[str, Any]
     started: float
 
-    def fields(self, of: Size, **keys: Any) -> dict[str, Any]:
+    def fields(self, **keys: Any) -> dict[str, Any]:
         """The fields of every result (``keys``: a bench's own fingerprint keys)."""
         return {
             'family': getattr(family_of(self.composer), 'value', UNAFFECTED_FAMILY),
-            'fingerprint': fingerprint(self.on, of, self.fixed, **keys),
+            'fingerprint': fingerprint(self.on, self.size, self.fixed, **keys),
             'measured_at': now(),
             'elapsed_s': _clock.perf_counter() - self.started,
         }
@@ -320,9 +335,9 @@ def ready(device: str) -> tuple[Accelerator, str]:
 
 
 @contextlib.contextmanager
-def session(device: str, name: str, out: Optional[TextIO]) -> Iterator[Session]:
-    """A bench run on ``device`` (:func:`ready`), inside :func:`pinned`, printing progress lines for ``name`` to
-    ``out`` (``None``: silent), each with the seconds since it began; the shim left off whatever happens."""
+def session(device: str, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
+    """A bench run on ``device`` (:func:`ready`) at ``size``, inside :func:`pinned`, printing progress lines for
+    ``name`` to ``out`` (``None``: silent), each with the seconds since it began."""
     on, composer = ready(device)
     started = _clock.perf_counter()
 
@@ -331,63 +346,68 @@ def session(device: str, name: str, out: Optional[TextIO]) -> Iterator[Session]:
             print(f'{name}: {message} ({_clock.perf_counter() - started:.0f} s)', file=out, flush=True)
 
     with pinned(on) as fixed:
-        try:
-            yield Session(on, composer, say, fixed, started)
-        finally:
-            shim.disable()
+        yield Session(on, composer, size, say, fixed, started)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How the rounds go: the checked legs that ``timed`` selects get windows, each of ``pairs`` back to back, and
+    ``after_round(round)`` runs after each round's windows (the reference bench's probes)."""
+
+    pairs: Sequence[Pair] = ()
+    timed: Callable[[LegResult], bool] = lambda found: True
+    after_round: Optional[Callable[[int], None]] = None
+
+    def groups(self, names: list[str], round_: int) -> list[list[str]]:
+        """One round's windows in groups: each pair back to back, its order alternating from round to round (a drift
+        touches both sides alike), every other leg of ``names`` alone; the groups shuffled by the round."""
+        pairs = self.pairs
+        groups = [[p.leg, p.partner] if (round_ + i) % 2 else [p.partner, p.leg] for i, p in enumerate(pairs)]
+        groups += [[name] for name in names if not any(name in (p.leg, p.partner) for p in pairs)]
+        return random.Random(round_).sample(groups, len(groups))
 
 
 def measure(
+    session: Session,
     pipeline: Pipeline,
-    names: list[str],
-    run: Session,
-    size: Size,
+    schedule: Schedule,
     samples: int,
-    source: Source,
-    pairs: list[Pair],
+    source: Optional[Source] = None,
     ceiling: Optional[tuple[list[Any], list[Any]]] = None,
-    timed: Callable[[LegResult], bool] = lambda leg: True,
-    transform: Optional[Callable[[Leg], Any]] = None,
-    after_round: Optional[Callable[[int], None]] = None,
+    shim_transform: Optional[Callable[[Any], Any]] = None,
 ) -> dict[str, LegResult]:
-    """Every leg of ``names`` over epochs from ``source`` (the ceiling over ``ceiling``: its batches, already
-    transformed, on the observable device and on Composer's), checked (:func:`check`), then those ``timed`` selects
-    timed (:func:`time`) with ``pairs`` back to back; ``transform(leg)``: the leg's transform instead of the
-    pipeline's (a planted slowdown); ``after_round``: see :func:`time`."""
+    """Every leg of ``pipeline`` (the ceiling with ``ceiling``: its batches, already transformed, on the observable
+    device and on Composer's), its windows ``session.size.steps`` batches of ``samples`` from ``source`` (default: one
+    over the pipeline's dataloader): checked (:func:`check`), then timed as ``schedule`` says (:func:`time`);
+    ``shim_transform``: what the shim's legs run in their windows instead of the pipeline's transform (a planted
+    slowdown). The only way a bench measures."""
     from compatshim.monitor import TransformMonitor
 
-    if 'ceiling' in names and ceiling is None:
-        raise ValueError('the ceiling leg needs its batches (already transformed, on both devices)')
+    shared, size = source or Source(pipeline.dataloader), session.size
+    names = [name for name, leg in LEGS.items() if leg.argument or ceiling is not None]
 
     def epoch(leg: Leg, steps: int, observed: bool) -> Windows:
         if leg.argument or ceiling is None:
-            return Windows(source, steps)
-        return Windows(None, steps, ceiling[0 if observed else 1])
+            return Windows(shared, steps)
+        return Windows(Source(ceiling[0 if observed else 1]), steps)
 
-    checked = check(pipeline, names, run.on, lambda leg: epoch(leg, CHECK_STEPS, True), samples)
+    checked = check(session, pipeline, names, lambda leg: epoch(leg, CHECK_STEPS, True), samples)
     if 'ceiling' in checked and not checked['ceiling'].available:
         raise ValueError(
             'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
             f'{checked["ceiling"].reason}'
         )
     made = {}
-    for name in (name for name in names if checked[name].available and timed(checked[name])):
-        leg, monitor, device = LEGS[name], TransformMonitor(), run.on.composer_device()
-        fn = pipeline.transform if transform is None else transform(leg)
+    for name in (name for name in names if checked[name].available and schedule.timed(checked[name])):
+        leg, monitor, device = LEGS[name], TransformMonitor(), session.on.composer_device()
+        fn = shim_transform if shim_transform is not None and leg.stage else pipeline.transform
         made[name] = Run(
             leg, _trainer(leg, pipeline, epoch(leg, size.steps, False), device, samples, monitor, fn), monitor
         )
-    run.say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
-    time(made, pairs, run.on, size.rounds, run.say, after_round)
-    return {name: made[name].timings(leg) if name in made else leg for name, leg in checked.items()}
-
-
-def schedule(names: list[str], pairs: list[Pair], round_: int) -> list[list[str]]:
-    """One round's windows in groups: each pair back to back, its order alternating from round to round (a drift
-    touches both sides alike), every other leg alone; the groups shuffled by the round."""
-    groups = [[p.leg, p.partner] if (round_ + i) % 2 else [p.partner, p.leg] for i, p in enumerate(pairs)]
-    groups += [[name] for name in names if not any(name in (p.leg, p.partner) for p in pairs)]
-    return random.Random(round_).sample(groups, len(groups))
+    if made:
+        session.say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
+        time(session, made, schedule)
+    return {name: made[name].timings(found) if name in made else found for name, found in checked.items()}
 
 
 def _window(run: Run, accelerator: Accelerator, clock: Callable[[], float]) -> float:
@@ -407,48 +427,38 @@ def _window(run: Run, accelerator: Accelerator, clock: Callable[[], float]) -> f
     return elapsed
 
 
-def time(
-    made: dict[str, Run],
-    pairs: list[Pair],
-    accelerator: Accelerator,
-    rounds: int,
-    say: Callable[[str], None],
-    after_round: Optional[Callable[[int], None]] = None,
-) -> None:
-    """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then ``rounds``
-    timed rounds of :func:`schedule`; ``after_round(round)`` after each round's windows (the probes)."""
-    clock = accelerator.clock()
-    pairs = [pair for pair in pairs if pair.leg in made and pair.partner in made]
+def time(session: Session, made: dict[str, Run], schedule: Schedule) -> None:
+    """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then
+    ``session.size.rounds`` timed rounds of the schedule's groups, its ``after_round`` after each round's windows."""
+    clock, rounds = session.on.clock(), session.size.rounds
+    pairs = [pair for pair in schedule.pairs if pair.leg in made and pair.partner in made]
     for pair in pairs:
         made[pair.leg].beside[pair.partner] = []
+    timed = dataclasses.replace(schedule, pairs=pairs)
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
     # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
-    shim.enable()
-    gc.collect()
-    gc.freeze()
     try:
-        with quiet():
-            for round_ in range(rounds + 1):
-                _round(made, pairs, accelerator, clock, round_, after_round)
-                say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
+        with shim_state(''):
+            gc.collect()
+            gc.freeze()
+            try:
+                with quiet():
+                    for round_ in range(rounds + 1):
+                        _round(made, timed, session.on, clock, round_)
+                        session.say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
+            finally:
+                gc.unfreeze()
     finally:
-        gc.unfreeze()
-        shim.disable()
         for run in made.values():
             run.trainer.close()
 
 
 def _round(
-    made: dict[str, Run],
-    pairs: list[Pair],
-    accelerator: Accelerator,
-    clock: Callable[[], float],
-    round_: int,
-    after_round: Optional[Callable[[int], None]],
+    made: dict[str, Run], schedule: Schedule, accelerator: Accelerator, clock: Callable[[], float], round_: int
 ) -> None:
     spent: dict[str, list[float]] = {name: [] for name in made}
-    for group in schedule([n for n, r in made.items() if not r.failed], pairs, round_):
+    for group in schedule.groups([n for n, r in made.items() if not r.failed], round_):
         took: dict[str, float] = {}
         for name in group:
             try:
@@ -457,13 +467,13 @@ def _round(
                 if round_:
                     raise
                 made[name].failed = first_line(exc)
-        for pair in pairs:  # each pair's rounds under its partner's name: a leg's partners never mix
+        for pair in schedule.pairs:  # each pair's rounds under its partner's name: a leg's partners never mix
             if round_ and pair.leg in took and pair.partner in took:
                 made[pair.leg].beside[pair.partner].append(took[pair.partner])
         for name, seconds in took.items():
             spent[name].append(seconds)
-    if after_round is not None:
-        after_round(round_)
+    if schedule.after_round is not None:
+        schedule.after_round(round_)
     for run in made.values():
         if not round_:
             run.windows, run.samples, run.summaries = [], [], []

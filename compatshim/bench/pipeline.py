@@ -15,11 +15,10 @@ from typing import Any, Callable, Optional, TextIO
 
 from compatshim import _exits
 from compatshim.bench import engine, metrics, report, rule
-from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Size, Source, first_line
+from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.verdicts import verdicts
 from compatshim.devices.accelerator import accelerator
-from compatshim.shim import api as shim
 from compatshim.shim.hooks import RESULT_RULE, result_problem
 
 __all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
@@ -134,7 +133,7 @@ def measure(
     (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one line; ``RuntimeError``: the shim
     is enabled in this process."""
     size = size or size_of('default')
-    with engine.session(device, name, progress) as run:
+    with engine.session(device, name, size, progress) as run:
         source, moving = Source(pipeline.dataloader), run.on.composer_device()
         try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
             batches, ceiling = [source.next() for _ in range(size.steps)], []
@@ -150,12 +149,12 @@ def measure(
             raise _raised(name, exc) from None
         samples = _samples(name, pipeline, batches[0])
         observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
-        pairs = [metrics.Pair(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling']
+        schedule = Schedule([metrics.Pair(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling'])
         try:
-            legs = engine.measure(pipeline, list(metrics.LEGS), run, size, samples, source, pairs, (observed, ceiling))
+            legs = engine.measure(run, pipeline, schedule, samples, source, (observed, ceiling))
         except ValueError as exc:
             raise PipelineError(str(exc)) from None
-        result = PipelineResult(**run.fields(size, **_keys(name, samples, pipeline)), legs=legs)
+        result = PipelineResult(**run.fields(**_keys(name, samples, pipeline)), legs=legs)
     result.verdicts = verdicts(result)
     return result
 
@@ -274,13 +273,8 @@ def run(
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and compare_to is not None:
         refuse_unlike(name, made, baseline, compare_to, device, size)
-    before = shim.status().stage
-    shim.disable()
-    try:
+    with engine.shim_state(None):  # off while it measures, as it was after
         result = measure(name, made, device, size, progress)
-    finally:
-        if before is not None:
-            shim.enable(stage=before)
     code, lines = (_exits.OK, []) if baseline is None or compare_to is None else compare(result, baseline, compare_to)
     if save and code == _exits.OK:
         lines.append(f'saved {store.save(result, save, replace=True).as_posix()}')

@@ -28,8 +28,8 @@ from typing import Any, Callable, Optional, TextIO
 import torch
 
 from compatshim.bench import engine, workload
-from compatshim.bench.engine import CHECK_STEPS, SIZES, Source, Windows
-from compatshim.bench.metrics import METRICS, PROBES, REFERENCE_LEGS, pairs
+from compatshim.bench.engine import SIZES, Schedule
+from compatshim.bench.metrics import METRICS, PROBES, pairs
 from compatshim.bench.results import BenchResult, Overheads
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
 from compatshim.devices.accelerator import Accelerator
@@ -79,15 +79,12 @@ def measure(
     if not 0.0 <= plant_hook_us <= 100_000:
         raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size, env = SIZES[size_name], env_name(device)
-    with engine.session(device, env, progress) as run, planted_hook_delay(plant_hook_us):
-        shim.enable()
-        patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
-        shim.disable()
+    with engine.session(device, env, size, progress) as run, planted_hook_delay(plant_hook_us):
+        with engine.shim_state(''):
+            patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
         augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
-        timed_source, recipe_source = Source(augment.dataloader), Source(recipe.dataloader)
-        names = list(REFERENCE_LEGS)
-        recipe_legs = engine.check(recipe, names, run.on, lambda leg: Windows(recipe_source, CHECK_STEPS), size.batch)
-        slower = _Planted(augment.transform, plant_slowdown, run.on) if plant_slowdown else augment.transform
+        recipe_legs = engine.measure(run, recipe, Schedule(timed=lambda found: False), size.batch)  # checked only
+        slower = _Planted(augment.transform, plant_slowdown, run.on) if plant_slowdown else None
         overheads = {name: Overheads(CALLS[name.partition('-')[0]]) for name in PROBES}
         with _probes(run.on, family_of(run.composer) is not None) as probes:
 
@@ -98,19 +95,10 @@ def measure(
                         if round_:
                             overheads[probe.name].add(path_s, direct_s, round_)
 
-            legs = engine.measure(
-                augment,
-                names,
-                run,
-                size,
-                size.batch,
-                timed_source,
-                pairs(METRICS),
-                timed=lambda leg: leg.calls_per_step > 0,  # a leg that never calls the transform does other work
-                transform=lambda leg: slower if leg.stage else augment.transform,
-                after_round=sample,
-            )
-        fields = run.fields(size)
+            # A leg that never calls the transform does other work: not timed.
+            schedule = Schedule(pairs(METRICS), timed=lambda found: found.calls_per_step > 0, after_round=sample)
+            legs = engine.measure(run, augment, schedule, size.batch, shim_transform=slower)
+        fields = run.fields()
     return BenchResult(
         **fields,
         legs=legs,
@@ -214,12 +202,10 @@ def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
     probes: list[Probe] = []
     try:
         for name in (name for name in PROBES if affected or not name.startswith('hook')):
-            (shim.enable if name.startswith('hook') else shim.disable)()
-            probes.append(make_probe(name, on))
-        shim.disable()
+            with engine.shim_state('' if name.startswith('hook') else None):
+                probes.append(make_probe(name, on))
         yield probes
     finally:
-        shim.disable()
         for probe in probes:
             probe.close()
 

@@ -120,8 +120,8 @@ def test_a_leg_timed_beside_two_partners_reads_each_partners_own_rounds() -> Non
     costs = {'unpatched': 3.0, 'native-batch': 5.0, 'shim-batch': 2.0}
     fakes = {name: _Clocked(clock, cost) for name, cost in costs.items()}
     made = {name: engine.Run(LEGS[name], fake, fake) for name, fake in fakes.items()}  # its trainer and its monitor
-    pairs = [Pair('shim-batch', 'unpatched'), Pair('shim-batch', 'native-batch')]
-    engine.time(made, pairs, on, 4, lambda line: None)  # type: ignore[arg-type]
+    session = engine.Session(on, COMPOSER, engine.Size('tiny', steps=1, rounds=4), lambda line: None, {}, 0.0)  # type: ignore[arg-type]
+    engine.time(session, made, engine.Schedule([Pair('shim-batch', 'unpatched'), Pair('shim-batch', 'native-batch')]))
     legs = {name: run.timings(LegResult(name)) for name, run in made.items()}
     result = BenchResult('dropped', {'size': {'name': 'tiny', 'steps': 1}}, 'now', legs)
     assert metric('shim-batch/unpatched').read(result) == [1.5] * 4
