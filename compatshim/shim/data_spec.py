@@ -150,12 +150,12 @@ def _place(spec: Any, transform: Optional[Transform], family: Family, native: It
             batch = BatchHook(transform, stage, native=spec.batch_transforms, has_microbatch_hook=True, spec_name=name)
             micro = MicrobatchHook(transform, stage, native=spec.microbatch_transforms, spec_name=name)
             spec.batch_transforms, spec.microbatch_transforms = batch, micro
-    elif batch.owner != id(spec):  # a shallow copy holds its original's hooks: an assignment makes its own
+    elif batch.owner is not spec:  # a shallow copy holds its original's hooks: an assignment makes its own
         batch, micro = copy.copy(batch), None if micro is None else copy.copy(micro)
         vars(spec)['device_transforms' if family is Family.HOST else 'batch_transforms'] = batch
         if micro is not None:
             spec.microbatch_transforms = micro
-    batch.owner = id(spec)
+    batch.owner, batch.micro = spec, micro
     batch.transform = batch.given = transform
     if micro is not None:
         micro.transform = transform
@@ -174,6 +174,17 @@ def _natives_given(spec: Any) -> set[str]:
     found = _dataspecs.noted(spec)
     slots = found.slots.values() if found is not None else _dataspecs.held_slots(spec)
     return {slot.name for slot in slots} - {'device_transforms'}
+
+
+def _assigned_while_off(spec: Any, held: Any) -> bool:
+    """0.25–0.26: whether ``held``, the DataSpec's own attribute, is a transform assigned while the shim was off to a
+    DataSpec that held the shim's hooks (as on 0.27+, where the hooks follow the attribute; a DataSpec that never held
+    a transform under the shim keeps Composer's own behaviour, as one built before ``enable()`` does)."""
+    if isinstance(held, BatchHook) or not callable(held) or _is_default(spec, held):
+        return False
+    note = _dataspecs.noted(spec)
+    slot = None if note is None or not note.by_shim else note.slots.get('device_transforms')
+    return slot is not None and slot.fate is Fate.PLACED
 
 
 def _initialised(spec: Any, family: Family) -> bool:
@@ -202,7 +213,13 @@ class DeviceTransforms:
                 return _default(spec)
             raise AttributeError(f"{type(spec).__name__!r} object has no attribute 'device_transforms'")
         held = own['device_transforms']
-        if isinstance(held, BatchHook) and sys._getframe(1).f_globals.get('__name__') != _TRAINER_MODULE:
+        if self.family is not Family.HOST:
+            return held
+        by_trainer = sys._getframe(1).f_globals.get('__name__') == _TRAINER_MODULE
+        if by_trainer and _assigned_while_off(spec, held) and self.record.active:
+            _place(spec, held, self.family, ())  # built under the shim, assigned while it was off: place it now
+            return own['device_transforms']
+        if isinstance(held, BatchHook) and not by_trainer:
             return _default(spec) if held.given is None else held.given  # 0.25-0.26: the trainer's reads get the hook
         return held
 

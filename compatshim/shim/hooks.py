@@ -126,12 +126,16 @@ class BatchHook:
         self.given: Optional[Transform] = transform
         self.has_microbatch_hook = has_microbatch_hook
         self.warned = False  # the disabled-shim warning is given once per DataSpec
-        #: ``id()`` of the DataSpec the hooks were made for (a shallow copy of it shares them until it assigns).
-        self.owner: Optional[int] = None
+        #: The DataSpec the hooks were made for (a shallow copy of it shares them until it assigns).
+        self.owner: Any = None
+        #: The microbatch-level hook beside this one (0.27+).
+        self.micro: Optional[MicrobatchHook] = None
 
     def __call__(self, batch: Batch) -> Batch:
         if self.native is not None:
             batch = self.native(batch)
+        if self.has_microbatch_hook and STATE.stage is not None:
+            self._follow_the_attribute()
         if self.transform is None:  # removed by ``spec.device_transforms = None``
             return batch
         stage = _stage_of(self)
@@ -150,6 +154,15 @@ class BatchHook:
             return _apply(self, batch, 'microbatch')  # 0.25–0.26 predict moves the whole batch before this hook
         frame.arm(self.after_move)
         return batch
+
+    def _follow_the_attribute(self) -> None:
+        """0.27+: the DataSpec's ``device_transforms`` (in its own ``__dict__``) is the transform; one assigned while
+        the shim was off is the one that runs once it is on again."""
+        held = vars(self.owner).get('device_transforms') if self.owner is not None else self.given
+        if held is not self.given and (held is None or callable(held)):
+            self.given = self.transform = held
+            if self.micro is not None:
+                self.micro.transform = held
 
     def after_move(self, microbatch: Batch) -> Batch:
         """Stage ``microbatch`` on 0.25–0.26: run right after the trainer's device moved a microbatch."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import warnings
 from typing import Any
 
 import pytest
@@ -253,6 +254,10 @@ def test_after_disable_the_attribute_stays_readable_and_callable() -> None:
     with pytest.warns(compatshim.CompatShimWarning) if FAMILY is Family.HOST else _no_warning():
         held(batch)
     assert len(fn.calls) == 1 and fn.calls[0].placement == 'host'
+    with warnings.catch_warnings():  # the warning is given once per DataSpec: the call above gave it
+        warnings.simplefilter('ignore', compatshim.CompatShimWarning)
+        _fit(spec)  # the trainer still calls the shim's hook: the transform, on the host
+    assert [c.placement for c in fn.calls] == ['host'] * 3
     compatshim.enable()
     assert spec.device_transforms is fn
 
@@ -263,6 +268,37 @@ class _no_warning:
 
     def __exit__(self, *exc: Any) -> None:
         return None
+
+
+@NEEDS_PATCH
+@pytest.mark.parametrize('how', ['argument', 'assigned'])
+def test_an_assignment_while_the_shim_was_off_runs_once_it_is_on_again(how: str) -> None:
+    """``enable()``, a DataSpec given a transform, ``disable()``, another assigned, ``enable()``: the one assigned last
+    runs, on the device; the one it replaced never runs again (as if the shim had stayed on)."""
+    first, assigned = Probe(), Probe()
+    with compatshim.enabled():
+        spec = _spec(first if how == 'argument' else None)
+        if how == 'assigned':
+            spec.device_transforms = first
+    spec.device_transforms = assigned
+    with compatshim.enabled():
+        assert spec.device_transforms is assigned
+        _fit(spec)
+    _on_device(assigned, 2, 'assigned while the shim was off')
+    assert first.calls == []
+
+
+@NEEDS_PATCH
+def test_a_dataspec_that_never_held_a_transform_under_the_shim_keeps_composers_behaviour() -> None:
+    """Built under the shim with none, given one only while the shim was off: that assignment is Composer's own, as
+    for a DataSpec built before ``enable()`` (0.25–0.26: on the host; 0.27+: never called)."""
+    assigned = Probe()
+    with compatshim.enabled():
+        spec = _spec()
+    spec.device_transforms = assigned
+    with compatshim.enabled():
+        _fit(spec)
+    assert [c.placement for c in assigned.calls] == (['host', 'host'] if FAMILY is Family.HOST else [])
 
 
 @NEEDS_PATCH
