@@ -83,8 +83,9 @@ _REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us'
 
 
 def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
-    defaults = {'plant_slowdown': 0.0, 'plant_hook_us': 0.0, 'quick': False, 'dir': None}
-    return ['--' + n.replace('_', '-') for n in names if getattr(args, n) not in (None, defaults.get(n))]
+    """The options of ``names`` given on the command line: not at the parser's own default."""
+    defaults = parser().parse_args(['bench'])
+    return ['--' + n.replace('_', '-') for n in names if getattr(args, n) != getattr(defaults, n)]
 
 
 def _pipeline_command(args: argparse.Namespace) -> int:
@@ -153,27 +154,20 @@ def _bench_command(args: argparse.Namespace) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
     print(_summary(result, args.started))
-    return _exits.OK if not args.baselines else judge_against(result, args.baselines)
+    if not args.baselines:
+        return _exits.OK
+    from compatshim.bench import gate
+
+    code, lines = gate.against_baselines(result, args.baselines)
+    for line in lines:
+        print(line)
+    return code
 
 
-def judge_against(result: Any, baselines: Any) -> int:
-    """Judge a bench result against its baseline in the directory ``baselines`` by the rule of ``compatshim report``
-    (a regression, or no baseline where the device has some, is exit 1), printing every outcome other than ok."""
-    from compatshim.bench import report, rule
-
-    judged, missing = report.judge(result, baselines)
-    for judgement in judged.judgements:
-        if judgement.outcome is not rule.Outcome.OK:
-            print(judgement.line(result.env))
-    if missing:
-        print(missing)
-    return _exits.REGRESSION if missing or judged.worst is rule.Outcome.REGRESSION else _exits.OK
-
-
-def _report_command(args: argparse.Namespace) -> int:
-    """``compatshim report``: every precondition checked first and every problem said in one message, the results'
-    first (exit 2, nothing written); then judge, write, record."""
-    from compatshim.bench import report, results, rule
+def _report_inputs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
+    """The results ``compatshim report`` judges, and every problem with its input, the results' first: a result that
+    cannot be read, none at all, no baselines directory (unless recording), no matplotlib for the charts, a setting."""
+    from compatshim.bench import results
     from compatshim.config.support import split_env
 
     found, problems = results.read(args.results)
@@ -191,6 +185,13 @@ def _report_command(args: argparse.Namespace) -> int:
     if not args.no_png and importlib.util.find_spec('matplotlib') is None:
         problems.append('the charts need matplotlib (pip install "compatshim[bench]"); or pass --no-png')
     problems += [problem.removeprefix('compatshim: ') for problem in getattr(args, 'setting_problems', [])]
+    return found, problems
+
+
+def _report_command(args: argparse.Namespace) -> int:
+    """``compatshim report``: every precondition checked first and every problem said in one message, the results'
+    first (exit 2, nothing written); then judge (:mod:`compatshim.bench.gate`), write, record, and print."""
+    found, problems = _report_inputs(args)
     if len(problems) == 1:
         print(f'compatshim report: {problems[0]} (nothing was judged)', file=sys.stderr)
     elif problems:
@@ -199,33 +200,19 @@ def _report_command(args: argparse.Namespace) -> int:
             print(f'  - {problem}', file=sys.stderr)
     if problems:
         return _exits.NOT_DONE
-    judged: dict[str, list[report.Judged]] = {}
-    missing: list[str] = []
-    for result in found:
-        entry, absent = report.judge(result, args.baselines)
-        path = results.reference_store(args.baselines, result.device).path(result.env)
-        if absent and not (args.record and (args.replace or not path.exists())):  # unless --record writes it below
-            missing.append(absent)
-        judged.setdefault(result.device, []).append(entry)
-    failures: list[str] = []
-    for device, entries in judged.items():
+    from compatshim.bench import gate, report
+
+    judging = gate.judge_all(found, args.baselines, record=args.record, replace=args.replace)
+    for device, entries in judging.judged.items():
         written = report.write(entries, Path(args.out) / device, device, png=not args.no_png)
         for entry in entries:
             print(f'{entry.result.env}: {entry.worst}')
-            failures += [j.line(entry.result.env) for j in entry.judgements if j.outcome is rule.Outcome.REGRESSION]
         print(f'wrote {written}/report.md, report.json' + ('' if args.no_png else ', ' + ', '.join(report.CHARTS)))
-    if args.record:
-        for result in found:
-            try:
-                print(f'recorded {results.record_baseline(result, args.baselines, replace=args.replace)}')
-            except (results.BaselineExistsError, ValueError) as exc:
-                print(f'not recorded: {exc}')
-    every = [j for entries in judged.values() for entry in entries for j in entry.judgements]
-    absent = f'; {len(missing)} without a baseline (exit 1)' if missing else ''
-    print(f'{len(found)} env(s), worst outcome {rule.worst(every)}{absent}')
-    for line in failures + missing:  # the last lines of a failed run: env, metric, baseline, current, threshold
+    for line in gate.record_baselines(found, args.baselines, args.replace) if args.record else []:
         print(line)
-    return _exits.REGRESSION if failures or missing else _exits.OK
+    for line in judging.summary():  # the last lines of a failed run: env, metric, baseline, current, threshold
+        print(line)
+    return judging.code
 
 
 #: What each command did not do when it refuses its input.
@@ -268,33 +255,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The ``compatshim`` command's parser, every subcommand and option (the docs' CLI reference renders it)."""
-    parser = argparse.ArgumentParser(
+    top = argparse.ArgumentParser(
         prog='compatshim', description="Composer's device_transforms on the accelerator again, and the means to see it."
     )
     from compatshim import __version__
 
-    parser.add_argument('--version', action='version', version=f'compatshim {__version__}')
-    sub = parser.add_subparsers(dest='subcommand', required=True)
+    top.add_argument('--version', action='version', version=f'compatshim {__version__}')
+    sub = top.add_subparsers(dest='subcommand', required=True)
+    _run_parser(sub)
+    _doctor_parser(sub)
+    _bench_parser(sub)
+    _report_parser(sub)
+    return top
 
-    run = sub.add_parser(
+
+def _run_parser(sub: Any) -> None:
+    command = sub.add_parser(
         'run',
         usage='compatshim run [--stage S] [--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]',
         help='run a command with the shim enabled in every Python process that imports Composer',
         description='Run COMMAND with the shim enabled in every Python process of the run that imports Composer '
         '(launcher ranks, multiprocessing children, subprocesses), without editing any script.',
     )
-    run.add_argument(
+    command.add_argument(
         '--stage',
         choices=STAGES,
         default=None,
         help='the default stage of every enable() in the run, as COMPATSHIM_STAGE (default: batch)',
     )
-    run.add_argument(
+    command.add_argument(
         '--allow-untested',
         action='store_true',
         help='patch a Composer newer than the support table if its code has a known shape',
     )
-    run.add_argument(
+    command.add_argument(
         '--monitor',
         nargs='?',
         const='on',
@@ -303,9 +297,11 @@ def parser() -> argparse.ArgumentParser:
         help='attach a TransformMonitor to every Trainer of the run (=strict: fail a step whose device_transforms is '
         'not on the device)',
     )
-    run.add_argument('command', nargs=argparse.REMAINDER, metavar='-- COMMAND [ARGS...]')
-    run.set_defaults(func=_run_command)
+    command.add_argument('command', nargs=argparse.REMAINDER, metavar='-- COMMAND [ARGS...]')
+    command.set_defaults(func=_run_command)
 
+
+def _doctor_parser(sub: Any) -> None:
     doctor = sub.add_parser('doctor', help='am I affected, and does the shim fix it here?')
     doctor.add_argument('--json', action='store_true', help='print the findings as JSON')
     doctor.add_argument('--device', choices=DEVICES, help='device for the self-check (default: best)')
@@ -322,6 +318,8 @@ def parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(func=_doctor_command)
 
+
+def _bench_parser(sub: Any) -> None:
     bench = sub.add_parser(
         'bench',
         help='measure the legs on this release: the reference workload, or your own pipeline (--pipeline)',
@@ -342,6 +340,13 @@ def parser() -> argparse.ArgumentParser:
         help='your pipeline: a callable (the current directory on the path) returning a compatshim.bench.Pipeline or '
         'a mapping of dataloader, transform[, model, microbatch_size, get_num_samples_in_batch]',
     )
+    _pipeline_options(bench)
+    _reference_options(bench)
+    bench.set_defaults(func=_bench_command)
+
+
+def _pipeline_options(bench: argparse.ArgumentParser) -> None:
+    """``compatshim bench --pipeline``'s own options (:data:`_PIPELINE_ONLY`)."""
     bench.add_argument(
         '--quick',
         action='store_true',
@@ -364,6 +369,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument(
         '--dir', metavar='DIR', help='--pipeline: where baselines are kept (default: .compatshim/benchmarks)'
     )
+
+
+def _reference_options(bench: argparse.ArgumentParser) -> None:
+    """The reference bench's own options (:data:`_REFERENCE_ONLY`)."""
     bench.add_argument(
         '--size',
         choices=settings.BENCH_SIZES,
@@ -391,21 +400,20 @@ def parser() -> argparse.ArgumentParser:
         metavar='MICROSECONDS',
         help="make every call of the shim's own hooks this much slower (checks the gate)",
     )
-    bench.set_defaults(func=_bench_command)
 
-    rep = sub.add_parser(
+
+def _report_parser(sub: Any) -> None:
+    report = sub.add_parser(
         'report',
         help='judge bench results against the baselines and write the report (exit 1 on a regression)',
         description='Judge bench results (files, directories of them, or a report.json: judged again under this '
         "checkout's rule) against the baselines, and write OUT/<device>/report.md, report.json and the charts.",
     )
-    rep.add_argument('--results', nargs='+', required=True, metavar='PATH', help='result files or directories')
-    rep.add_argument('--baselines', required=True, metavar='DIR', help='baseline directory (e.g. matrix/baselines)')
-    rep.add_argument('--out', required=True, metavar='DIR', help='report directory (e.g. matrix/reports)')
-    rep.add_argument('--envs', help='only these envs (comma-separated, e.g. composer0.28.0 or composer0.28.0-cpu)')
-    rep.add_argument('--record', action='store_true', help='record each result as its baseline where none exists')
-    rep.add_argument('--replace', action='store_true', help='with --record: overwrite existing baselines')
-    rep.add_argument('--no-png', action='store_true', help='skip the charts (no matplotlib needed)')
-    rep.set_defaults(func=_report_command)
-
-    return parser
+    report.add_argument('--results', nargs='+', required=True, metavar='PATH', help='result files or directories')
+    report.add_argument('--baselines', required=True, metavar='DIR', help='baseline directory (e.g. matrix/baselines)')
+    report.add_argument('--out', required=True, metavar='DIR', help='report directory (e.g. matrix/reports)')
+    report.add_argument('--envs', help='only these envs (comma-separated, e.g. composer0.28.0 or composer0.28.0-cpu)')
+    report.add_argument('--record', action='store_true', help='record each result as its baseline where none exists')
+    report.add_argument('--replace', action='store_true', help='with --record: overwrite existing baselines')
+    report.add_argument('--no-png', action='store_true', help='skip the charts (no matplotlib needed)')
+    report.set_defaults(func=_report_command)

@@ -7,7 +7,6 @@ registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing h
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import statistics
 from collections.abc import Iterator
@@ -15,25 +14,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from compatshim.bench import rule
-from compatshim.bench.metrics import COMPARABLE_BY, COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
-from compatshim.bench.results import (
-    SCHEMA,
-    BenchResult,
-    Cause,
-    LegResult,
-    PathLike,
-    Result,
-    baseline_for,
-    quartiles,
-    reference_store,
-    spread,
-)
+from compatshim.bench.gate import Judged
+from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
+from compatshim.bench.results import SCHEMA, BenchResult, Cause, LegResult, PathLike, Result, quartiles, spread
 from compatshim.config.support import split_env
 from compatshim.observe.placement import Placement
 
 __all__ = [
     'CHARTS',
-    'Judged',
     'legs_table',
     'markdown',
     'plain_words',
@@ -119,43 +107,6 @@ def reference_lines(result: BenchResult) -> list[str]:
     lines += [f'  {m.id:38} {m.show(result)}' for m in METRICS if m.applies(result) and m.read(result)]
     lines += [f'  monitor, {name}: {leg.monitor}' for name, leg in result.legs.items() if leg.monitor]
     return [*lines, f'  {"recipe: plain device_transforms":38} {plain_words(result.recipe["unpatched"])}']
-
-
-@dataclasses.dataclass
-class Judged:
-    """One env's result, the baseline it was judged against (its path, or ``None``), and the outcomes."""
-
-    result: BenchResult
-    baseline: Optional[BenchResult]
-    baseline_path: Optional[str]
-    judgements: list[rule.Judgement]
-
-    @property
-    def worst(self) -> rule.Outcome:
-        return rule.worst(self.judgements)
-
-    def outcome(self, metric: str) -> str:
-        return next((str(j.outcome) for j in self.judgements if j.metric == metric), '—')
-
-    def machine_change(self) -> Optional[float]:
-        """How much faster the shim-batch leg ran than in the baseline's run: another machine, or another phase of
-        this one (reported, never judged)."""
-        now, then = self.result.legs['shim-batch'].samples_per_s, None
-        then = self.baseline.legs['shim-batch'].samples_per_s if self.baseline is not None else then
-        return statistics.median(now) / statistics.median(then) - 1 if now and then else None
-
-    def to_json(self) -> dict[str, Any]:
-        judgements = [dataclasses.asdict(j) for j in self.judgements]
-        return {**self.result.to_json(), 'baseline': self.baseline_path, 'judgements': judgements}
-
-
-def judge(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optional[str]]:
-    """``result`` judged by the rule against its baseline under ``baselines``, and the line that fails the run where it
-    has none to be judged against (:func:`~compatshim.bench.results.baseline_for`): the one flow of ``compatshim
-    report`` and ``compatshim bench --baselines``."""
-    baseline, missing = baseline_for(baselines, result)
-    named = reference_store(baselines, result.device).path(result.env).as_posix() if baseline else None
-    return Judged(result, baseline, named, rule.judge(result, baseline, METRICS, COMPARABLE_BY)), missing
 
 
 #: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.

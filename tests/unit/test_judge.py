@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from compatshim import _cli
-from compatshim.bench import rule
+from compatshim.bench import gate, rule
 from compatshim.bench.metrics import COMPARABLE_BY, METRICS, PIPELINE_COMPARABLE_BY, Gate, metric, pipeline_metrics
 from compatshim.bench.results import BenchResult, PipelineResult, gather, record_baseline, reference_store
 
@@ -225,9 +225,7 @@ def test_a_machine_of_another_speed_moves_no_gated_metric(env: str, machine: flo
     assert set(_outcomes(other, result).values()) == {'ok'}
     us = metric('monitor µs/batch')
     assert sorted(us.read(other)) == pytest.approx(sorted(v / machine for v in us.read(result)))
-    from compatshim.bench.report import Judged
-
-    assert Judged(other, result, None, []).machine_change() == pytest.approx(machine - 1)
+    assert gate.Judged(other, result, None, []).machine_change() == pytest.approx(machine - 1)
 
 
 @pytest.mark.parametrize('env', RECORDED[:2])
@@ -418,15 +416,16 @@ def test_a_release_without_a_baseline_fails_the_main_job_naming_the_record_comma
     assert last.startswith('MISSING BASELINE composer0.28.0-renamed-cpu: ') and RECORD_IT in last
 
 
-def test_bench_with_baselines_follows_the_same_rule(capsys: Any, tmp_path: Path) -> None:
-    """``compatshim bench --baselines DIR`` judges its result as ``compatshim report`` does: exit 1 for a release
-    without a baseline where DIR holds some of its device, exit 0 against its own, exit 0 on a device's first run."""
-    assert _cli.judge_against(_renamed(), BASELINES) == 1
-    assert RECORD_IT in capsys.readouterr().out.strip().splitlines()[-1]
-    assert _cli.judge_against(recorded('composer0.28.0-cpu'), BASELINES) == 0
+def test_bench_with_baselines_follows_the_same_rule(tmp_path: Path) -> None:
+    """``compatshim bench --baselines DIR`` judges its result as ``compatshim report`` does (``gate``): exit 1 for a
+    release without a baseline where DIR holds some of its device, exit 0 against its own, exit 0 on a device's first
+    run."""
+    code, lines = gate.against_baselines(_renamed(), BASELINES)
+    assert code == 1 and RECORD_IT in lines[-1]
+    assert gate.against_baselines(recorded('composer0.28.0-cpu'), BASELINES)[0] == 0
     (tmp_path / 'cpu').mkdir()
-    assert _cli.judge_against(_renamed(), tmp_path) == 0  # no baselines at all: inconclusive, never a failure
-    assert _cli.judge_against(_scaled(recorded('composer0.28.0-cpu'), shim=0.5), BASELINES) == 1
+    assert gate.against_baselines(_renamed(), tmp_path)[0] == 0  # no baselines at all: inconclusive, never a failure
+    assert gate.against_baselines(_scaled(recorded('composer0.28.0-cpu'), shim=0.5), BASELINES)[0] == 1
 
 
 def test_bench_refuses_a_missing_baselines_directory_before_measuring(capsys: Any, tmp_path: Path) -> None:
@@ -448,13 +447,14 @@ def test_a_baseline_of_another_workload_version_is_not_comparable(tmp_path: Path
 
 
 def test_no_metric_is_named_outside_the_registry() -> None:
-    """The engine, the benches, the rule, the report and the CLI take every metric from compatshim/bench/metrics.py: no
-    metric id, and no position in a list of them, appears in their source."""
+    """The engine, the benches, the rule, the gate, the report and the CLI take every metric from
+    compatshim/bench/metrics.py: no metric id, and no position in a list of them, appears in their source."""
     for name in (
         'bench/engine.py',
         'bench/reference.py',
         'bench/pipeline.py',
         'bench/rule.py',
+        'bench/gate.py',
         'bench/report.py',
         '_cli.py',
     ):
