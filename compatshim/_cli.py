@@ -66,7 +66,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
     return int(report['exit_code'])
 
 
-def _summary(result: Any, started: float) -> str:
+def _reference_text(result: Any, started: float) -> str:
     """What a bench run measured (the judging is ``compatshim report``'s); ``started``: when the command did."""
     from compatshim.bench import report
 
@@ -74,7 +74,7 @@ def _summary(result: Any, started: float) -> str:
     size, took = result.fingerprint['size']['name'], report.seconds(result, time.perf_counter() - started)
     head = f'{result.env} ({result.family}), size {size}, {took}{planted}'
 
-    return report.text(result, head, report.reference_lines(result))
+    return report.bench_text(result, head, report.reference_lines(result))
 
 
 #: The pipeline bench's own options, and the reference bench's it does not take.
@@ -102,7 +102,7 @@ def _pipeline_command(args: argparse.Namespace) -> int:
         from compatshim.bench import pipeline
 
         size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds)
-        gated = pipeline.run(
+        gated = pipeline.gate_pipeline(
             args.pipeline,
             device=args.device,
             size=size,
@@ -114,7 +114,7 @@ def _pipeline_command(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, ImportError) as exc:
         print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)
         return _exits.NOT_DONE
-    print(pipeline.text(gated.result, time.perf_counter() - args.started))
+    print(pipeline.pipeline_text(gated.result, time.perf_counter() - args.started))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(gated.result.to_json(), indent=1) + '\n')
@@ -140,7 +140,7 @@ def _bench_command(args: argparse.Namespace) -> int:
 
         if args.size is None:
             args.size = settings.bench_size() or default_size(args.device)
-        result = reference.measure(
+        result = reference.bench_reference(
             args.device,
             args.size,
             plant_slowdown=args.plant_slowdown,
@@ -153,7 +153,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    print(_summary(result, args.started))
+    print(_reference_text(result, args.started))
     if not args.baselines:
         return _exits.OK
     from compatshim.bench import gate

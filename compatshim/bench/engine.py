@@ -3,10 +3,10 @@
 A :class:`Pipeline` is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer
 ``Trainer`` over the same batches, and :func:`measure` is the only way in: :func:`check` runs every leg a few untimed
 steps on an *observable* device under a ``TransformMonitor`` (placement, calls, bytes, or why it cannot run);
-:func:`time` runs the legs a :class:`Schedule` times on Composer's own device (plain ``DeviceCPU`` on cpu: the same
-transform costs the same on every leg) in rounds of windows, each of its pairs back to back, on the accelerator's
-clock. :func:`session` is what every bench fixes around that (:func:`pinned`); :func:`shim_state` is the one switch of
-the shim. Imports torch (and Composer, when measuring).
+:func:`time_rounds` runs the legs a :class:`Schedule` times on Composer's own device (plain ``DeviceCPU`` on cpu: the
+same transform costs the same on every leg) in rounds of windows, each of its pairs back to back, on the accelerator's
+clock. :func:`open_session` is what every bench fixes around that (:func:`pinned`); :func:`shim_state` is the one
+switch of the shim. Imports torch (and Composer, when measuring).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import random
 import statistics
 import subprocess
 import sys
-import time as _clock
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, TextIO
@@ -40,7 +40,19 @@ from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
 from compatshim.shim import api as shim
 
-__all__ = ['SIZES', 'VERSION', 'Pipeline', 'Schedule', 'Session', 'Size', 'measure', 'session', 'shim_state', 'time']
+__all__ = [
+    'SIZES',
+    'VERSION',
+    'Pipeline',
+    'Schedule',
+    'Session',
+    'Size',
+    'Timing',
+    'measure',
+    'open_session',
+    'shim_state',
+    'time_rounds',
+]
 
 #: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
 #: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
@@ -222,7 +234,7 @@ def check(
     family, out = family_of(session.composer), {}
     for name in names:
         leg = LEGS[name]
-        absent = leg.missing(family)
+        absent = leg.absent_on(family)
         if absent:
             out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
@@ -258,8 +270,8 @@ def check(
 
 
 @dataclasses.dataclass
-class Run:
-    """A timed leg: its Trainer and monitor, what its windows measured."""
+class Timing:
+    """A leg being timed: its Trainer and monitor, what its windows measured."""
 
     leg: Leg
     trainer: Any
@@ -271,14 +283,14 @@ class Run:
     beside: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     failed: str = ''
 
-    def timings(self, leg: LegResult) -> LegResult:
-        """``leg`` (its check) with this run's timings: per round and per window, and the monitor's medians."""
+    def result(self, checked: LegResult) -> LegResult:
+        """The leg's ``checked`` result with its timings: per round and per window, and the monitor's medians."""
         if self.failed:
-            return dataclasses.replace(leg, missing=Missing(Cause.FAILED, self.failed))
+            return dataclasses.replace(checked, missing=Missing(Cause.FAILED, self.failed))
         argument = self.leg.argument or ''
         seen = [(w, s.transforms[argument]) for w, s in zip(self.windows, self.summaries) if argument in s.transforms]
         return dataclasses.replace(
-            leg,
+            checked,
             beside=self.beside,
             round_s=self.round_s,
             samples_per_s=[n / s for n, s in zip(self.samples, self.windows) if s > 0],
@@ -312,7 +324,7 @@ class Session:
             'family': getattr(family_of(self.composer), 'value', UNAFFECTED_FAMILY),
             'fingerprint': fingerprint(self.on, self.size, self.fixed, **keys),
             'measured_at': now(),
-            'elapsed_s': _clock.perf_counter() - self.started,
+            'elapsed_s': time.perf_counter() - self.started,
         }
 
 
@@ -335,15 +347,15 @@ def ready(device: str) -> tuple[Accelerator, str]:
 
 
 @contextlib.contextmanager
-def session(device: str, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
+def open_session(device: str, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
     """A bench run on ``device`` (:func:`ready`) at ``size``, inside :func:`pinned`, printing progress lines for
     ``name`` to ``out`` (``None``: silent), each with the seconds since it began."""
     on, composer = ready(device)
-    started = _clock.perf_counter()
+    started = time.perf_counter()
 
     def say(message: str) -> None:
         if out is not None:
-            print(f'{name}: {message} ({_clock.perf_counter() - started:.0f} s)', file=out, flush=True)
+            print(f'{name}: {message} ({time.perf_counter() - started:.0f} s)', file=out, flush=True)
 
     with pinned(on) as fixed:
         yield Session(on, composer, size, say, fixed, started)
@@ -355,7 +367,7 @@ class Schedule:
     ``after_round(round)`` runs after each round's windows (the reference bench's probes)."""
 
     pairs: Sequence[Pair] = ()
-    timed: Callable[[LegResult], bool] = lambda found: True
+    timed: Callable[[LegResult], bool] = lambda measured: True
     after_round: Optional[Callable[[int], None]] = None
 
     def groups(self, names: list[str], round_: int) -> list[list[str]]:
@@ -378,7 +390,7 @@ def measure(
 ) -> dict[str, LegResult]:
     """Every leg of ``pipeline`` (the ceiling with ``ceiling``: its batches, already transformed, on the observable
     device and on Composer's), its windows ``session.size.steps`` batches of ``samples`` from ``source`` (default: one
-    over the pipeline's dataloader): checked (:func:`check`), then timed as ``schedule`` says (:func:`time`);
+    over the pipeline's dataloader): checked (:func:`check`), then timed as ``schedule`` says (:func:`time_rounds`);
     ``shim_transform``: what the shim's legs run in their windows instead of the pipeline's transform (a planted
     slowdown). The only way a bench measures."""
     from compatshim.monitor import TransformMonitor
@@ -397,43 +409,43 @@ def measure(
             'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
             f'{checked["ceiling"].reason}'
         )
-    made = {}
+    timings = {}
     for name in (name for name in names if checked[name].available and schedule.timed(checked[name])):
         leg, monitor, device = LEGS[name], TransformMonitor(), session.on.composer_device()
         fn = shim_transform if shim_transform is not None and leg.stage else pipeline.transform
-        made[name] = Run(
+        timings[name] = Timing(
             leg, _trainer(leg, pipeline, epoch(leg, size.steps, False), device, samples, monitor, fn), monitor
         )
-    if made:
-        session.say(f'{len(made)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
-        time(session, made, schedule)
-    return {name: made[name].timings(found) if name in made else found for name, found in checked.items()}
+    if timings:
+        session.say(f'{len(timings)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
+        time_rounds(session, timings, schedule)
+    return {name: timings[name].result(measured) if name in timings else measured for name, measured in checked.items()}
 
 
-def _window(run: Run, accelerator: Accelerator, clock: Callable[[], float]) -> float:
-    """One window of ``run``'s leg on ``clock``, the device synchronised at both edges, the collector paused."""
+def _window(timing: Timing, accelerator: Accelerator, clock: Callable[[], float]) -> float:
+    """One window of ``timing``'s leg on ``clock``, the device synchronised at both edges, the collector paused."""
     gc.collect()
     gc.disable()
     try:
         accelerator.synchronize()
-        start, samples = clock(), int(run.trainer.state.timestamp.sample)
-        run.trainer.fit(duration='1ep')
+        start, samples = clock(), int(timing.trainer.state.timestamp.sample)
+        timing.trainer.fit(duration='1ep')
         accelerator.synchronize()
         elapsed = clock() - start
     finally:
         gc.enable()
-    run.samples.append(int(run.trainer.state.timestamp.sample) - samples)
-    run.summaries.append(run.monitor.summaries[-1])
+    timing.samples.append(int(timing.trainer.state.timestamp.sample) - samples)
+    timing.summaries.append(timing.monitor.summaries[-1])
     return elapsed
 
 
-def time(session: Session, made: dict[str, Run], schedule: Schedule) -> None:
+def time_rounds(session: Session, timings: dict[str, Timing], schedule: Schedule) -> None:
     """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then
     ``session.size.rounds`` timed rounds of the schedule's groups, its ``after_round`` after each round's windows."""
     clock, rounds = session.on.clock(), session.size.rounds
-    pairs = [pair for pair in schedule.pairs if pair.leg in made and pair.partner in made]
+    pairs = [pair for pair in schedule.pairs if pair.leg in timings and pair.partner in timings]
     for pair in pairs:
-        made[pair.leg].beside[pair.partner] = []
+        timings[pair.leg].beside[pair.partner] = []
     timed = dataclasses.replace(schedule, pairs=pairs)
     # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
     # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
@@ -445,41 +457,41 @@ def time(session: Session, made: dict[str, Run], schedule: Schedule) -> None:
             try:
                 with quiet():
                     for round_ in range(rounds + 1):
-                        _round(made, timed, session.on, clock, round_)
+                        _round(timings, timed, session.on, clock, round_)
                         session.say(f'round {round_}/{rounds}' + (' (warm-up)' if not round_ else ''))
             finally:
                 gc.unfreeze()
     finally:
-        for run in made.values():
-            run.trainer.close()
+        for timing in timings.values():
+            timing.trainer.close()
 
 
 def _round(
-    made: dict[str, Run], schedule: Schedule, accelerator: Accelerator, clock: Callable[[], float], round_: int
+    timings: dict[str, Timing], schedule: Schedule, accelerator: Accelerator, clock: Callable[[], float], round_: int
 ) -> None:
-    spent: dict[str, list[float]] = {name: [] for name in made}
-    for group in schedule.groups([n for n, r in made.items() if not r.failed], round_):
+    spent: dict[str, list[float]] = {name: [] for name in timings}
+    for group in schedule.groups([name for name, timing in timings.items() if not timing.failed], round_):
         took: dict[str, float] = {}
         for name in group:
             try:
-                took[name] = _window(made[name], accelerator, clock)
+                took[name] = _window(timings[name], accelerator, clock)
             except Exception as exc:
                 if round_:
                     raise
-                made[name].failed = first_line(exc)
+                timings[name].failed = first_line(exc)
         for pair in schedule.pairs:  # each pair's rounds under its partner's name: a leg's partners never mix
             if round_ and pair.leg in took and pair.partner in took:
-                made[pair.leg].beside[pair.partner].append(took[pair.partner])
+                timings[pair.leg].beside[pair.partner].append(took[pair.partner])
         for name, seconds in took.items():
             spent[name].append(seconds)
     if schedule.after_round is not None:
         schedule.after_round(round_)
-    for run in made.values():
+    for timing in timings.values():
         if not round_:
-            run.windows, run.samples, run.summaries = [], [], []
-        elif spent[run.leg.name]:
-            run.windows += spent[run.leg.name]
-            run.round_s.append(statistics.mean(spent[run.leg.name]))
+            timing.windows, timing.samples, timing.summaries = [], [], []
+        elif spent[timing.leg.name]:
+            timing.windows += spent[timing.leg.name]
+            timing.round_s.append(statistics.mean(spent[timing.leg.name]))
 
 
 @contextlib.contextmanager

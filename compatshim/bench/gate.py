@@ -1,7 +1,8 @@
 """The reference gate, for ``compatshim report`` and ``compatshim bench --baselines`` alike: each result judged by the
 rule (:func:`compatshim.bench.rule.judge`) against its baseline (:func:`~compatshim.bench.results.reference_store`),
 and what fails the run: a regression, or a release without its baseline where its device has some. It decides and
-says; the command line prints. (A pipeline's gate is :func:`compatshim.bench.pipeline.run`.) Imports nothing heavy.
+says; the command line prints. (A pipeline's gate is :func:`compatshim.bench.pipeline.gate_pipeline`.) Imports
+nothing heavy.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from compatshim.bench import rule
 from compatshim.bench.results import Result
-from compatshim.bench.rule import Kind, Source
+from compatshim.bench.rule import Kind, SampleSource
 from compatshim.config.support import DEVICES, Family
 from compatshim.observe.placement import Word
 
@@ -34,7 +34,7 @@ class Leg:
     stage: Optional[str]
     description: str
 
-    def missing(self, family: Optional[Family]) -> str:
+    def absent_on(self, family: Optional[Family]) -> str:
         """Why this leg does not exist on a release of ``family`` (``''``: it does)."""
         if self.argument in ('batch_transforms', 'microbatch_transforms') and family not in NATIVE:
             return f'{self.argument} exists from Composer 0.27.0'
@@ -82,7 +82,7 @@ class Metric:
 
     id: str
     kind: Kind
-    source: Source
+    source: SampleSource
     gate: Gate
     devices: tuple[str, ...] = DEVICES
     title: str = ''
@@ -109,17 +109,17 @@ class Metric:
         return self.kind.show(self.read(result))
 
 
-def _ratio(leg: str, partner: str, gate: Gate, devices: tuple[str, ...] = DEVICES) -> Metric:
-    return Metric(f'{leg}/{partner}', rule.RATIO, Source(leg, partner), gate, devices, f'{leg} / {partner}')
+def _ratio(name: str, partner: str, gate: Gate, devices: tuple[str, ...] = DEVICES) -> Metric:
+    return Metric(f'{name}/{partner}', rule.RATIO, SampleSource(name, partner), gate, devices, f'{name} / {partner}')
 
 
-def _cost(path: str, tail: str, probe: str, leg: str, limit: Kind, gate: Gate, title: str) -> tuple[Metric, ...]:
-    """A path of compatshim's: its share of a step of ``leg`` in the same round, held to its limit (gated), its path
-    over the direct path (unlike work) and its µs per batch (figures)."""
+def _cost(path: str, tail: str, probe: str, name: str, limit: Kind, gate: Gate, title: str) -> tuple[Metric, ...]:
+    """A path of compatshim's: its share of a step of the leg ``name`` in the same round, held to its limit (gated), its
+    path over the direct path (unlike work) and its µs per batch (figures)."""
     return (
-        Metric(f'{path} share of a step{tail}', limit, Source(leg, probe=probe), gate, title=title),
-        Metric(f'{path} path / direct{tail}', rule.OVERHEAD, Source(probe=probe), Gate.NEVER),
-        Metric(f'{path} µs/batch{tail}', rule.FIGURE, Source(probe=probe), Gate.NEVER),
+        Metric(f'{path} share of a step{tail}', limit, SampleSource(name, probe=probe), gate, title=title),
+        Metric(f'{path} path / direct{tail}', rule.OVERHEAD, SampleSource(probe=probe), Gate.NEVER),
+        Metric(f'{path} µs/batch{tail}', rule.FIGURE, SampleSource(probe=probe), Gate.NEVER),
     )
 
 
@@ -140,11 +140,11 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
     *(metric for _, cost in COSTS for metric in cost),
     # Counts: what crosses on the recipe workload; checks, whatever the timings.
-    *(Metric(f'bytes per step (recipe {leg})', rule.BYTES, Source(leg, recipe=True), Gate.AFFECTED,
-             title=f'recipe bytes ({t})') for leg, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
-    *(Metric(f'placement ({"recipe " if recipe else ""}{leg})', rule.ON_DEVICE, Source(leg, recipe=recipe),
-             Gate.ALWAYS) for recipe in (False, True) for leg in ('shim-batch', 'shim-microbatch')),
-    Metric('patches on an unaffected release', rule.NOTHING_PATCHED, Source(), Gate.UNAFFECTED),
+    *(Metric(f'bytes per step (recipe {name})', rule.BYTES, SampleSource(name, recipe=True), Gate.AFFECTED,
+             title=f'recipe bytes ({t})') for name, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
+    *(Metric(f'placement ({"recipe " if recipe else ""}{name})', rule.ON_DEVICE, SampleSource(name, recipe=recipe),
+             Gate.ALWAYS) for recipe in (False, True) for name in ('shim-batch', 'shim-microbatch')),
+    Metric('patches on an unaffected release', rule.NOTHING_PATCHED, SampleSource(), Gate.UNAFFECTED),
 )  # fmt: skip
 
 
@@ -170,14 +170,15 @@ def pairs(metrics: Iterable[Metric]) -> list[Pair]:
     return [Pair(m.source.leg, m.source.partner) for m in metrics if m.kind.paired]
 
 
-def pipeline_metrics(legs: Iterable[str]) -> tuple[Metric, ...]:
-    """The metrics of a pipeline's legs (those of the run and of its baseline): per leg its placement, calls and
-    bytes per step, exactly, and, timed, its throughput against the ceiling leg of the same rounds."""
+def pipeline_metrics(names: Iterable[str]) -> tuple[Metric, ...]:
+    """The metrics of a pipeline's legs ``names`` (those of the run and of its baseline): per leg its placement, calls
+    and bytes per step, exactly, and, timed, its throughput against the ceiling leg of the same rounds."""
     out: list[Metric] = []
-    for leg in (leg for leg in LEGS if leg in set(legs)):
-        transformed = leg != 'ceiling'
-        out += [Metric(f'{leg}: placement', rule.PLACEMENT_AS_BEFORE, Source(leg), Gate.ALWAYS)] if transformed else []
-        out += [Metric(f'{leg}: calls per step', rule.CALLS, Source(leg), Gate.ALWAYS)] if transformed else []
-        out += [Metric(f'{leg}: bytes per step', rule.BYTES, Source(leg), Gate.ALWAYS)]
-        out += [Metric(f'{leg}/ceiling', rule.BESIDE, Source(leg, 'ceiling'), Gate.ALWAYS)] if transformed else []
+    for name in (name for name in LEGS if name in set(names)):
+        source, transformed = SampleSource(name), name != 'ceiling'
+        out += [Metric(f'{name}: placement', rule.PLACEMENT_AS_BEFORE, source, Gate.ALWAYS)] if transformed else []
+        out += [Metric(f'{name}: calls per step', rule.CALLS, source, Gate.ALWAYS)] if transformed else []
+        out += [Metric(f'{name}: bytes per step', rule.BYTES, source, Gate.ALWAYS)]
+        beside = SampleSource(name, 'ceiling')
+        out += [Metric(f'{name}/ceiling', rule.BESIDE, beside, Gate.ALWAYS)] if transformed else []
     return tuple(out)

@@ -1,6 +1,7 @@
 """``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim
 (docs/pipeline.md): every leg that exists on the release, and the ``ceiling`` (the same steps on batches already
-transformed and on the device), each timed leg back to back with a ceiling window. :func:`run` is the whole gate —
+transformed and on the device), each timed leg back to back with a ceiling window (:func:`bench_pipeline`).
+:func:`gate_pipeline` is the whole gate —
 refuse what cannot be compared, measure, compare, save — for the CLI and the pytest fixture alike.
 """
 
@@ -21,7 +22,18 @@ from compatshim.bench.verdicts import verdicts
 from compatshim.devices.accelerator import accelerator
 from compatshim.shim.hooks import RESULT_RULE, result_problem
 
-__all__ = ['Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'compare', 'load', 'measure', 'run', 'text', 'verdicts']
+__all__ = [
+    'Gated',
+    'Pipeline',
+    'PipelineError',
+    'as_pipeline',
+    'bench_pipeline',
+    'compare',
+    'gate_pipeline',
+    'load',
+    'pipeline_text',
+    'verdicts',
+]
 
 FIELDS = tuple(field.name for field in dataclasses.fields(Pipeline))
 
@@ -126,15 +138,15 @@ def _keys(name: str, samples: int, pipeline: Pipeline) -> dict[str, Any]:
     return {'pipeline': name, 'samples_per_step': samples, 'microbatch_size': pipeline.microbatch_size or samples}
 
 
-def measure(
+def bench_pipeline(
     name: str, pipeline: Pipeline, device: str = 'cpu', size: Optional[Size] = None, progress: Optional[TextIO] = None
 ) -> PipelineResult:
     """Measure every leg of ``pipeline`` on the installed Composer at ``size`` (default: ``default``). ``ValueError``
     (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one line; ``RuntimeError``: the shim
     is enabled in this process."""
     size = size or size_of('default')
-    with engine.session(device, name, size, progress) as run:
-        source, moving = Source(pipeline.dataloader), run.on.composer_device()
+    with engine.open_session(device, name, size, progress) as session:
+        source, moving = Source(pipeline.dataloader), session.on.composer_device()
         try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
             batches, ceiling = [source.next() for _ in range(size.steps)], []
             for batch in batches:
@@ -148,13 +160,13 @@ def measure(
         except Exception as exc:  # noqa: BLE001 - the user's dataloader or transform: said in one line
             raise _raised(name, exc) from None
         samples = _samples(name, pipeline, batches[0])
-        observed = [run.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
-        schedule = Schedule([metrics.Pair(leg, 'ceiling') for leg in metrics.LEGS if leg != 'ceiling'])
+        observed = [session.on.observable_device().batch_to_device(batch) for batch in ceiling[:CHECK_STEPS]]
+        schedule = Schedule([metrics.Pair(name, 'ceiling') for name in metrics.LEGS if name != 'ceiling'])
         try:
-            legs = engine.measure(run, pipeline, schedule, samples, source, (observed, ceiling))
+            legs = engine.measure(session, pipeline, schedule, samples, source, (observed, ceiling))
         except ValueError as exc:
             raise PipelineError(str(exc)) from None
-        result = PipelineResult(**run.fields(**_keys(name, samples, pipeline)), legs=legs)
+        result = PipelineResult(**session.fields(**_keys(name, samples, pipeline)), legs=legs)
     result.verdicts = verdicts(result)
     return result
 
@@ -179,14 +191,14 @@ def refuse_unlike(
 # --- what it says -----------------------------------------------------------------------------------------------------
 
 
-def text(result: PipelineResult, wall_s: Optional[float] = None) -> str:
-    """What a person reads: the leg table (:func:`compatshim.bench.report.text`), then the verdicts; the head says the
-    seconds the run measured, and of how many the command took (``wall_s``: imports and checks included)."""
+def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str:
+    """What a person reads: the leg table (:func:`compatshim.bench.report.bench_text`), then the verdicts; the head says
+    the seconds the run measured, and of how many the command took (``wall_s``: imports and checks included)."""
     head = (
         f'compatshim bench --pipeline {result.pipeline} (Composer {result.composer}, torch {result.torch}, '
         f'{result.fingerprint["samples_per_step"]} samples/step, {report.seconds(result, wall_s)})'
     )
-    return report.text(result, head, ['  verdicts:', *(f'    {verdict}' for verdict in result.verdicts)])
+    return report.bench_text(result, head, ['  verdicts:', *(f'    {verdict}' for verdict in result.verdicts)])
 
 
 def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
@@ -197,19 +209,19 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     unlike = comparable(result.fingerprint, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
-    ran, ran_before = (({leg for leg, found in r.legs.items() if found.available}) for r in (result, baseline))
-    relied_on = {leg for leg in ran_before if metrics.LEGS[leg].stage}
+    ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
+    relied_on = {name for name in ran_before if metrics.LEGS[name].stage}
     judged = metrics.pipeline_metrics((ran & ran_before) | relied_on)
     judgements = rule.judge(result, baseline, judged, metrics.PIPELINE_COMPARABLE_BY)
     then, what = baseline.composer, result.pipeline
 
-    def why(r: PipelineResult, leg: str) -> str:
-        return f'Composer {r.composer}: ' + (r.legs[leg].reason if leg in r.legs else 'no such leg')
+    def why(r: PipelineResult, name: str) -> str:
+        return f'Composer {r.composer}: ' + (r.legs[name].reason if name in r.legs else 'no such leg')
 
-    lines = [f'NEW {what} {leg}: runs now; in the baseline, {why(baseline, leg)} (reported, not judged)'
-             for leg in sorted(ran - ran_before - relied_on)]  # fmt: skip
-    lines += [f'GONE {what} {leg}: ran in the baseline; now, {why(result, leg)} (reported, not judged)'
-              for leg in sorted(ran_before - ran - relied_on)]  # fmt: skip
+    lines = [f'NEW {what} {name}: runs now; in the baseline, {why(baseline, name)} (reported, not judged)'
+             for name in sorted(ran - ran_before - relied_on)]  # fmt: skip
+    lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
+              for name in sorted(ran_before - ran - relied_on)]  # fmt: skip
     lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
     worse = sum(j.outcome is rule.Outcome.REGRESSION for j in judgements)
     worsened = f'{worse} worsened' if worse else 'nothing worsened'
@@ -219,14 +231,14 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
 
 @dataclasses.dataclass
 class Gated:
-    """What :func:`run` did: the result, the exit code, and the lines that say it (comparison and saving)."""
+    """What :func:`gate_pipeline` did: the result, the exit code, and the lines that say it (comparison and saving)."""
 
     result: PipelineResult
     code: int
     lines: list[str]
 
 
-def run(
+def gate_pipeline(
     pipeline: Any,
     name: Optional[str] = None,
     *,
@@ -274,7 +286,7 @@ def run(
     if baseline is not None and compare_to is not None:
         refuse_unlike(name, made, baseline, compare_to, device, size)
     with engine.shim_state(None):  # off while it measures, as it was after
-        result = measure(name, made, device, size, progress)
+        result = bench_pipeline(name, made, device, size, progress)
     code, lines = (_exits.OK, []) if baseline is None or compare_to is None else compare(result, baseline, compare_to)
     if save and code == _exits.OK:
         lines.append(f'saved {store.save(result, save, replace=True).as_posix()}')

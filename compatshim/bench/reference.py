@@ -36,7 +36,16 @@ from compatshim.devices.accelerator import Accelerator
 from compatshim.shim import api as shim
 from compatshim.shim import loops, patching
 
-__all__ = ['CALLS', 'PROBE_SAMPLES', 'SIZE_NAMES', 'Probe', 'env_name', 'make_probe', 'measure', 'planted_hook_delay']
+__all__ = [
+    'CALLS',
+    'PROBE_SAMPLES',
+    'SIZE_NAMES',
+    'Probe',
+    'bench_reference',
+    'env_name',
+    'make_probe',
+    'planted_hook_delay',
+]
 
 #: Samples each overhead probe takes per round (after the round's windows).
 PROBE_SAMPLES = 3
@@ -61,7 +70,7 @@ def env_name(device: str) -> str:
     return row.on(device) if row is not None else f'composer{composer}-torch{torch_version}-{device}'
 
 
-def measure(
+def bench_reference(
     device: str = 'cpu',
     size_name: str = 'cpu',
     *,
@@ -79,14 +88,14 @@ def measure(
     if not 0.0 <= plant_hook_us <= 100_000:
         raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size, env = SIZES[size_name], env_name(device)
-    with engine.session(device, env, size, progress) as run, planted_hook_delay(plant_hook_us):
+    with engine.open_session(device, env, size, progress) as session, planted_hook_delay(plant_hook_us):
         with engine.shim_state(''):
             patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
         augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
-        recipe_legs = engine.measure(run, recipe, Schedule(timed=lambda found: False), size.batch)  # checked only
-        slower = _Planted(augment.transform, plant_slowdown, run.on) if plant_slowdown else None
+        recipe_legs = engine.measure(session, recipe, Schedule(timed=lambda measured: False), size.batch)  # checked
+        slower = _Planted(augment.transform, plant_slowdown, session.on) if plant_slowdown else None
         overheads = {name: Overheads(CALLS[name.partition('-')[0]]) for name in PROBES}
-        with _probes(run.on, family_of(run.composer) is not None) as probes:
+        with _probes(session.on, family_of(session.composer) is not None) as probes:
 
             def sample(round_: int) -> None:
                 for _ in range(PROBE_SAMPLES):
@@ -96,9 +105,9 @@ def measure(
                             overheads[probe.name].add(path_s, direct_s, round_)
 
             # A leg that never calls the transform does other work: not timed.
-            schedule = Schedule(pairs(METRICS), timed=lambda found: found.calls_per_step > 0, after_round=sample)
-            legs = engine.measure(run, augment, schedule, size.batch, shim_transform=slower)
-        fields = run.fields()
+            schedule = Schedule(pairs(METRICS), timed=lambda measured: measured.calls_per_step > 0, after_round=sample)
+            legs = engine.measure(session, augment, schedule, size.batch, shim_transform=slower)
+        fields = session.fields()
     return BenchResult(
         **fields,
         legs=legs,

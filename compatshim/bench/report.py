@@ -1,5 +1,5 @@
-"""What people read of a bench run: the text a bench prints (:func:`text`, one leg table for both benches), and the
-regression baseline report of judged results (:func:`write`: ``report.md``, ``report.json`` with the raw samples and
+"""What people read of a bench run: the text a bench prints (:func:`bench_text`, one leg table for both benches), and
+the regression baseline report of judged results (:func:`write`: ``report.md``, ``report.json`` with the raw samples and
 outcomes, which ``compatshim report`` reads back to judge again, and the :data:`CHARTS`). Every number comes from the
 registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing heavy; matplotlib only to draw.
 """
@@ -26,8 +26,8 @@ __all__ = [
     'markdown',
     'plain_words',
     'reference_lines',
+    'bench_text',
     'seconds',
-    'text',
     'write',
 ]
 
@@ -35,22 +35,22 @@ __all__ = [
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
 
 
-def plain_words(leg: LegResult) -> str:
+def plain_words(measured: LegResult) -> str:
     """What plain ``DataSpec(device_transforms=fn)`` does without the shim (the recipe's ``unpatched`` leg), in
     words."""
-    main = next(iter(leg.h2d_bytes_by_dtype), 'nothing')
-    crossed = f'{main} images cross ({leg.h2d_bytes_per_step} bytes/step)'
-    cause = leg.missing.cause if leg.missing else None
+    main = next(iter(measured.h2d_bytes_by_dtype), 'nothing')
+    crossed = f'{main} images cross ({measured.h2d_bytes_per_step} bytes/step)'
+    cause = measured.missing.cause if measured.missing else None
     if cause is Cause.REJECTED:
-        return f'rejected: DataSpec(device_transforms=...) raises {leg.reason}'
+        return f'rejected: DataSpec(device_transforms=...) raises {measured.reason}'
     if cause is Cause.FAILED:
-        ran = 'the transform never ran' if leg.placement is Placement.NEVER_CALLED else 'the transform ran'
-        return f'silently dropped: {ran}, the model got the raw batch and training fails ({leg.reason})'
-    if leg.placement is Placement.DEVICE:
+        ran = 'the transform never ran' if measured.placement is Placement.NEVER_CALLED else 'the transform ran'
+        return f'silently dropped: {ran}, the model got the raw batch and training fails ({measured.reason})'
+    if measured.placement is Placement.DEVICE:
         return f'runs on the device, after the move: {crossed}'
-    if leg.placement is Placement.HOST:
+    if measured.placement is Placement.HOST:
         return f'runs on the host, before the move: the transformed {crossed}'
-    return f'{leg.placement}: the model gets the raw batch'
+    return f'{measured.placement}: the model gets the raw batch'
 
 
 def legs_table(result: Result) -> list[str]:
@@ -62,19 +62,20 @@ def legs_table(result: Result) -> list[str]:
         f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"placement":14}{"calls/step":>11}  {"transform share":>15}  '
         f'{"waits for data":>18}  bytes/step to the device'
     ]
-    for name, leg in result.legs.items():
-        if not leg.available:
-            lines.append(f'  {name:19}n/a: {leg.reason}')
+    for name, measured in result.legs.items():
+        if not measured.available:
+            lines.append(f'  {name:19}n/a: {measured.reason}')
             continue
-        speed = f'{statistics.median(leg.samples_per_s):,.0f}' if leg.samples_per_s else 'not timed'
-        share = '—' if leg.transform_share is None else f'{leg.transform_share:.0%}'
-        wait = '—' if leg.wait_ms is None or leg.wait_share is None else f'{leg.wait_ms:.2f} ms ({leg.wait_share:.0%})'
-        dtypes = ', '.join(f'{d} {n:,}' for d, n in leg.h2d_bytes_by_dtype.items()) or 'none'
-        calls = '—' if leg.placement is Placement.NO_TRANSFORM else f'{leg.calls_per_step:g}'
+        speed = f'{statistics.median(measured.samples_per_s):,.0f}' if measured.samples_per_s else 'not timed'
+        share = '—' if measured.transform_share is None else f'{measured.transform_share:.0%}'
+        waited = measured.wait_ms is not None and measured.wait_share is not None
+        wait = f'{measured.wait_ms:.2f} ms ({measured.wait_share:.0%})' if waited else '—'
+        dtypes = ', '.join(f'{d} {n:,}' for d, n in measured.h2d_bytes_by_dtype.items()) or 'none'
+        calls = '—' if measured.placement is Placement.NO_TRANSFORM else f'{measured.calls_per_step:g}'
         unstable = ' (unstable)' if len(result.step_ms(name)) > 1 and result.unstable(name) else ''
         lines.append(
-            f'  {name:19}{spread(result.step_ms(name), ".2f"):>16}{speed:>16}  {leg.placement!s:14}{calls:>11}  '
-            f'{share:>15}  {wait:>18}  {leg.h2d_bytes_per_step:,} ({dtypes}){unstable}'
+            f'  {name:19}{spread(result.step_ms(name), ".2f"):>16}{speed:>16}  {measured.placement!s:14}{calls:>11}  '
+            f'{share:>15}  {wait:>18}  {measured.h2d_bytes_per_step:,} ({dtypes}){unstable}'
         )
     return lines
 
@@ -82,11 +83,11 @@ def legs_table(result: Result) -> list[str]:
 def seconds(result: Result, wall_s: Optional[float] = None) -> str:
     """The seconds a run measured (legs built, checked and timed), and of how many its command took where known
     (Python's imports, Composer's, the pipeline's module and the checks before it measured)."""
-    measured = f'measured {result.elapsed_s:.0f} s'
-    return measured if wall_s is None else f'{measured} of {max(wall_s, result.elapsed_s):.0f} s'
+    said = f'measured {result.elapsed_s:.0f} s'
+    return said if wall_s is None else f'{said} of {max(wall_s, result.elapsed_s):.0f} s'
 
 
-def text(result: Result, head: str, more: list[str]) -> str:
+def bench_text(result: Result, head: str, more: list[str]) -> str:
     """What a bench prints: ``head``, what its figures are, the leg table, then ``more``."""
     fp, cpu = result.fingerprint, result.device == 'cpu'
     where = 'the fake accelerator, placement and bytes real' if cpu else fp.get('gpu') or result.device
@@ -105,7 +106,7 @@ def reference_lines(result: BenchResult) -> list[str]:
         'placement (recipe): the recipe workload (uint8 images, checked, not timed)'
     ]
     lines += [f'  {m.id:38} {m.show(result)}' for m in METRICS if m.applies(result) and m.read(result)]
-    lines += [f'  monitor, {name}: {leg.monitor}' for name, leg in result.legs.items() if leg.monitor]
+    lines += [f'  monitor, {name}: {measured.monitor}' for name, measured in result.legs.items() if measured.monitor]
     return [*lines, f'  {"recipe: plain device_transforms":38} {plain_words(result.recipe["unpatched"])}']
 
 
@@ -114,8 +115,8 @@ HEADLINE = [m for m in METRICS if m.title]
 CHECKS = [m for m in METRICS if not m.title and m.gate is not Gate.NEVER]
 
 
-def _cell(judged: Judged, found: Metric) -> str:
-    return f'{found.show(judged.result)} · {judged.outcome(found.id)}'
+def _cell(judged: Judged, metric: Metric) -> str:
+    return f'{metric.show(judged.result)} · {judged.outcome(metric.id)}'
 
 
 def _bytes_ratio(result: BenchResult) -> str:
@@ -189,7 +190,8 @@ def markdown(judged: list[Judged], device: str) -> str:
     ]
     for r in judged:
         kib = {
-            n: f'{leg.h2d_bytes_per_step / 1024:.1f}' if leg.available else '—' for n, leg in r.result.recipe.items()
+            n: f'{measured.h2d_bytes_per_step / 1024:.1f}' if measured.available else '—'
+            for n, measured in r.result.recipe.items()
         }
         out.append(
             f'| {r.result.env} | {plain_words(r.result.recipe["unpatched"])} | {kib["unpatched"]} '
@@ -204,12 +206,13 @@ def markdown(judged: list[Judged], device: str) -> str:
         '|---|---|---|---|---|---|---|',
     ]
     for r in judged:
-        for name, leg in ((n, r.result.legs[n]) for n in REFERENCE_LEGS if n in r.result.legs):
+        for name, measured in ((n, r.result.legs[n]) for n in REFERENCE_LEGS if n in r.result.legs):
             out.append(
-                f'| {r.result.env} | {name} | {leg.placement} | {leg.coherence} | {leg.calls_per_step:g} '
-                f'| {leg.h2d_bytes_per_step / 2**20:.1f} | {spread(leg.samples_per_s, ".0f")} |'
-                if leg.available
-                else f'| {r.result.env} | {name} | n/a: {leg.reason} | | | | |'
+                f'| {r.result.env} | {name} | {measured.placement} | {measured.coherence} '
+                f'| {measured.calls_per_step:g} | {measured.h2d_bytes_per_step / 2**20:.1f} '
+                f'| {spread(measured.samples_per_s, ".0f")} |'
+                if measured.available
+                else f'| {r.result.env} | {name} | n/a: {measured.reason} | | | | |'
             )
     notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome is not rule.Outcome.OK]
     out += ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
@@ -257,17 +260,17 @@ def _bars(judged: list[Judged], path: Path, title: str, ylabel: str, values: Any
         ax.legend(fontsize=8, ncol=len(REFERENCE_LEGS), loc='upper center', bbox_to_anchor=(0.5, -0.3))
 
 
-def _throughput(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
-    found = result.legs.get(leg)
-    if found is None or not found.samples_per_s:
+def _throughput(result: BenchResult, name: str) -> Optional[tuple[float, float]]:
+    measured = result.legs.get(name)
+    if measured is None or not measured.samples_per_s:
         return None
-    q1, median, q3 = quartiles(found.samples_per_s)
+    q1, median, q3 = quartiles(measured.samples_per_s)
     return median, (q3 - q1) / 2
 
 
-def _bytes(result: BenchResult, leg: str) -> Optional[tuple[float, float]]:
-    found = result.recipe.get(leg)
-    return (found.h2d_bytes_per_step / 1024, 0.0) if found is not None and found.available else None
+def _bytes(result: BenchResult, name: str) -> Optional[tuple[float, float]]:
+    measured = result.recipe.get(name)
+    return (measured.h2d_bytes_per_step / 1024, 0.0) if measured is not None and measured.available else None
 
 
 def plot_ratios(judged: list[Judged], path: Path) -> None:
@@ -276,17 +279,17 @@ def plot_ratios(judged: list[Judged], path: Path) -> None:
     timed = [m for m in METRICS if m.gate is not Gate.NEVER and m.kind.min_effect is not None]
     title = "Gated timings per release against their baselines; green: each one's minimum effect"
     with _chart(judged, path, title, 'median / baseline median (IQR bars)') as ax:
-        for index, found in enumerate(timed):
+        for index, metric in enumerate(timed):
             offset, points = 0.8 * (index - (len(timed) - 1) / 2) / len(timed), []
             for x, r in enumerate(judged):
-                now, before = found.read(r.result), found.read(r.baseline)
-                if now and before and found.gated_for(r.result):
+                now, before = metric.read(r.result), metric.read(r.baseline)
+                if now and before and metric.gated_for(r.result):
                     q1, median, q3 = (v / statistics.median(before) for v in quartiles(now))
                     points.append((x + offset, median, median - q1, q3 - median))
-                    band, edges = found.kind.min_effect or 0.0, [x + offset - 0.05, x + offset + 0.05]
+                    band, edges = metric.kind.min_effect or 0.0, [x + offset - 0.05, x + offset + 0.05]
                     ax.fill_between(edges, 1 - band, 1 + band, color='tab:green', alpha=0.1)
             xs, ys, lo, hi = zip(*points) if points else ((), (), (), ())
-            ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=found.id)
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt='o', capsize=3, label=metric.id)
         ax.axhline(1.0, color='grey', linewidth=0.8)
         ax.legend(fontsize=7)
 

@@ -158,12 +158,12 @@ class LegResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
-        found = cls(**known(cls, data))
+        measured = cls(**known(cls, data))
         status, placement = data.get('status', 'ran'), data.get('placement', Placement.NEVER_CALLED)
-        found.missing = None if status == 'ran' else Missing(Cause(status), data.get('reason', ''))
-        found.placement = Placement.NEVER_CALLED if placement == UNAVAILABLE else Placement(placement)
-        found.beside = {data['partner']: list(data.get('beside_s', []))} if data.get('partner') else {}
-        return found
+        measured.missing = None if status == 'ran' else Missing(Cause(status), data.get('reason', ''))
+        measured.placement = Placement.NEVER_CALLED if placement == UNAVAILABLE else Placement(placement)
+        measured.beside = {data['partner']: list(data.get('beside_s', []))} if data.get('partner') else {}
+        return measured
 
 
 #: A leg's keys in a stored result (schema 5), in their order.
@@ -235,22 +235,22 @@ class Result:
     def affected(self) -> bool:
         return self.family != UNAFFECTED_FAMILY
 
-    def step_ms(self, leg: str) -> list[float]:
+    def step_ms(self, name: str) -> list[float]:
         """A leg's step time per round, in ms (empty: not timed): the figures of the tables and the verdicts."""
-        found, steps = self.legs.get(leg), self.fingerprint['size']['steps']
-        return [] if found is None or not found.available else [s * 1e3 / steps for s in found.round_s]
+        measured, steps = self.legs.get(name), self.fingerprint['size']['steps']
+        return [] if measured is None or not measured.available else [s * 1e3 / steps for s in measured.round_s]
 
-    def unstable(self, leg: str) -> str:
+    def unstable(self, name: str) -> str:
         """Why the leg's rounds are marked unstable in the table ('' when they are not): the machine was busy, or the
         leg varies (a verdict reads the pair's ratios round by round, which tell the two apart)."""
-        step = self.step_ms(leg)
+        step = self.step_ms(name)
         if len(step) < 2:
-            return f'{leg} has one round' if step else f'{leg} was not timed'
+            return f'{name} has one round' if step else f'{name} was not timed'
         q1, median, q3 = quartiles(step)
         if (q3 - q1) / median <= UNSTABLE:
             return ''
         return (
-            f"{leg}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
+            f"{name}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
             'ms/step): the machine was busy, or the leg varies from round to round'
         )
 
@@ -268,9 +268,9 @@ class Result:
     def to_json(self) -> dict[str, Any]:
         repeated = {'composer': self.composer, 'torch': self.torch, 'device': self.device}
         data = {'kind': self.kind, **repeated, **dataclasses.asdict(self)}
-        for name in ('legs', 'recipe'):
-            if name in data:
-                data[name] = {leg: found.to_json() for leg, found in getattr(self, name).items()}
+        for group in ('legs', 'recipe'):
+            if group in data:
+                data[group] = {name: measured.to_json() for name, measured in getattr(self, group).items()}
         return data
 
     @classmethod
@@ -298,9 +298,9 @@ class Result:
                 reader,
             )
         fields = known(cls, data)
-        for name in ('legs', 'recipe'):
-            if name in fields:
-                fields[name] = {leg: LegResult.from_json(found) for leg, found in fields[name].items()}
+        for group in ('legs', 'recipe'):
+            if group in fields:
+                fields[group] = {name: LegResult.from_json(stored) for name, stored in fields[group].items()}
         if 'overheads' in fields:
             fields['overheads'] = {n: Overheads(**known(Overheads, o)) for n, o in fields['overheads'].items()}
         return cls(**fields)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from compatshim.bench.results import LegResult, Overheads, Result, comparable, spread
 from compatshim.observe.placement import Placement, Word
 
-__all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'Source', 'judge', 'mann_whitney_p', 'worst']
+__all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'SampleSource', 'judge', 'mann_whitney_p', 'worst']
 
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
 ALPHA = 0.01
@@ -91,8 +91,9 @@ def worst(judgements: Iterable[Judgement]) -> Outcome:
 
 
 @dataclasses.dataclass(frozen=True)
-class Source:
-    """Where a metric's numbers are: a leg (of the recipe workload with ``recipe``), its partner, a probe."""
+class SampleSource:
+    """Where a metric's samples are: a leg by its name (of the recipe workload with ``recipe``), its partner's, a
+    probe's."""
 
     leg: str = ''
     partner: str = ''
@@ -116,7 +117,7 @@ class Kind:
     min_effect: Optional[float] = None
     sizes: Optional[tuple[str, ...]] = None
 
-    def read(self, source: Source, result: Result) -> list[Any]:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
         raise NotImplementedError
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
@@ -139,12 +140,12 @@ class Ratio(Kind):
         self.min_effect, self.holds = min_effect, holds
         self.sentence = f'{what} that falls by more than {min_effect:.0%}'
 
-    def read(self, source: Source, result: Result) -> list[Any]:
-        leg = source.leg_of(result)
-        if leg is None:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
+        measured = source.leg_of(result)
+        if measured is None:
             return []
-        beside = leg.beside.get(source.partner, [])  # its own pair's rounds, under the partner's name
-        return [partner_s / own_s for own_s, partner_s in zip(leg.round_s, beside)]
+        beside = measured.beside.get(source.partner, [])  # its own pair's rounds, under the partner's name
+        return [partner_s / own_s for own_s, partner_s in zip(measured.round_s, beside)]
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before and self.min_effect is not None, 'judged against a baseline'
@@ -169,7 +170,7 @@ class Reported(Kind):
     def __init__(self, name: str, unit: str, digits: str, figure: Callable[[float, float, int], float]) -> None:
         self.name, self.unit, self.digits, self._figure = name, unit, digits, figure
 
-    def read(self, source: Source, result: Result) -> list[Any]:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
         found = source.probe_of(result)
         return [] if found is None else [self._figure(p, d, found.calls) for p, d in zip(found.path_s, found.direct_s)]
 
@@ -186,11 +187,11 @@ class Share(Kind):
         self.sentence += 's)' if len(sizes) > 1 else ')'
         self.holds = 'a limit, not a baseline: measured far below it on every machine, quiet and loaded'
 
-    def read(self, source: Source, result: Result) -> list[Any]:
-        found, leg = source.probe_of(result), source.leg_of(result)
-        if found is None or leg is None or not leg.round_s:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
+        found, measured = source.probe_of(result), source.leg_of(result)
+        if found is None or measured is None or not measured.round_s:
             return []
-        step_s = [window / float(result.fingerprint['size']['steps']) for window in leg.round_s]
+        step_s = [window / float(result.fingerprint['size']['steps']) for window in measured.round_s]
         extra = [[(p - d) / found.calls for p, d, r in zip(found.path_s, found.direct_s, found.rounds) if r == n]
                  for n in range(1, len(step_s) + 1)]  # fmt: skip
         return [100 * statistics.mean(us) / step for us, step in zip(extra, step_s) if us]
@@ -213,13 +214,13 @@ class Exact(Kind):
     def __init__(self, name: str, field: str, improves: Callable[[Any, Any], bool], sentence: str, unit: str = ''):
         self.name, self.field, self.improves, self.sentence, self.unit = name, field, improves, sentence, unit
 
-    def read(self, source: Source, result: Result) -> list[Any]:
-        leg = source.leg_of(result)
-        if leg is None:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
+        measured = source.leg_of(result)
+        if measured is None:
             return []
         if not self.unit:  # the placement, or why the leg did not run (every such leg alike, said with its reason)
-            return [leg.missing or leg.placement]
-        return [float(getattr(leg, self.field))] if leg.available else []
+            return [measured.missing or measured.placement]
+        return [float(getattr(measured, self.field))] if measured.available else []
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before, 'judged against a baseline'
@@ -250,10 +251,10 @@ class Check(Kind):
 
     name, against_baseline, holds = 'check', False, 'only the code: a fact of the run'
 
-    def __init__(self, what: str, find: Callable[[Source, Result], Optional[str]]) -> None:
+    def __init__(self, what: str, find: Callable[[SampleSource, Result], Optional[str]]) -> None:
         self._find, self.sentence = find, f'a check that fails ({what})'
 
-    def read(self, source: Source, result: Result) -> list[Any]:
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
         problem = self._find(source, result)
         return [] if problem is None else [problem]
 
@@ -267,19 +268,19 @@ class Check(Kind):
         return '—' if not samples else samples[0] or 'ok'
 
 
-def _on_device(source: Source, result: Result) -> Optional[str]:
+def _on_device(source: SampleSource, result: Result) -> Optional[str]:
     """A checked leg ran its transform on the device, and stage batch once per step."""
-    leg = source.leg_of(result)
-    if leg is None or not leg.available:
+    measured = source.leg_of(result)
+    if measured is None or not measured.available:
         return None
-    if leg.placement is not Placement.DEVICE:
-        return f'the transform ran on the {leg.placement}, expected the device'
-    if source.leg == 'shim-batch' and leg.calls_per_step != 1:
-        return f'stage batch is {leg.coherence}, expected one call per step'
+    if measured.placement is not Placement.DEVICE:
+        return f'the transform ran on the {measured.placement}, expected the device'
+    if source.leg == 'shim-batch' and measured.calls_per_step != 1:
+        return f'stage batch is {measured.coherence}, expected one call per step'
     return ''
 
 
-def _nothing_patched(source: Source, result: Result) -> Optional[str]:
+def _nothing_patched(source: SampleSource, result: Result) -> Optional[str]:
     patched = result.patched()
     return None if patched is None else f'enable() patched {", ".join(patched)}' if patched else ''
 

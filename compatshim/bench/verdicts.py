@@ -114,7 +114,7 @@ def verdicts(result: PipelineResult) -> list[str]:
             f'timing: no verdict from {rounds} rounds (--quick gates placement, calls and bytes only); run with '
             f'{VERDICT_ROUNDS} rounds or more for the factors'
         ]
-    ran = {name for name, leg in legs.items() if leg.available}
+    ran = {name for name, measured in legs.items() if measured.available}
     best = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in ran), '')
     waits = legs[best].wait_share if best else None
     if waits is not None:

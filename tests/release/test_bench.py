@@ -119,10 +119,11 @@ def test_a_leg_timed_beside_two_partners_reads_each_partners_own_rounds() -> Non
     on = SimpleNamespace(clock=lambda: lambda: clock[0], synchronize=lambda: None)
     costs = {'unpatched': 3.0, 'native-batch': 5.0, 'shim-batch': 2.0}
     fakes = {name: _Clocked(clock, cost) for name, cost in costs.items()}
-    made = {name: engine.Run(LEGS[name], fake, fake) for name, fake in fakes.items()}  # its trainer and its monitor
+    timings = {name: engine.Timing(LEGS[name], fake, fake) for name, fake in fakes.items()}  # trainer and monitor
     session = engine.Session(on, COMPOSER, engine.Size('tiny', steps=1, rounds=4), lambda line: None, {}, 0.0)  # type: ignore[arg-type]
-    engine.time(session, made, engine.Schedule([Pair('shim-batch', 'unpatched'), Pair('shim-batch', 'native-batch')]))
-    legs = {name: run.timings(LegResult(name)) for name, run in made.items()}
+    pairs = [Pair('shim-batch', 'unpatched'), Pair('shim-batch', 'native-batch')]
+    engine.time_rounds(session, timings, engine.Schedule(pairs))
+    legs = {name: timing.result(LegResult(name)) for name, timing in timings.items()}
     result = BenchResult('dropped', {'size': {'name': 'tiny', 'steps': 1}}, 'now', legs)
     assert metric('shim-batch/unpatched').read(result) == [1.5] * 4
     assert metric('shim-batch/native-batch').read(result) == [2.5] * 4
@@ -208,8 +209,8 @@ def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
 
 def test_bad_input_is_refused_clearly(capsys: Any) -> None:
     with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, cpu, gpu"):
-        reference.measure('cpu', 'huge')
+        reference.bench_reference('cpu', 'huge')
     with pytest.raises(ValueError, match='plant_slowdown must be between 0 and 10'):
-        reference.measure('cpu', 'tiny', plant_slowdown=-1)
+        reference.bench_reference('cpu', 'tiny', plant_slowdown=-1)
     assert _cli.main(['bench', '--plant-hook-us', '-5']) == 2
     assert 'plant_hook_us must be between 0 and 100000' in capsys.readouterr().err

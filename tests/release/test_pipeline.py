@@ -239,7 +239,7 @@ def test_a_baseline_whose_size_is_not_one_is_refused_in_one_line(user_repo: Path
     saved.fingerprint['size'] = {'name': 'default', 'steps': 0, 'rounds': 8}
     (baselines / 'main.json').write_text(json.dumps(saved.to_json()))
     with pytest.raises(ValueError, match=r'main.json cannot be used: its size is not one \(ValueError: steps must be'):
-        pipeline.run(SPEC, compare_to='main')
+        pipeline.gate_pipeline(SPEC, compare_to='main')
 
 
 def test_the_shared_source_starts_an_iterable_dataset_over() -> None:
@@ -293,7 +293,7 @@ def test_the_verdicts_are_the_tables_figures_and_say_when_they_cannot_tell() -> 
     assert any(v.startswith('the shim against batch_transforms: cannot tell — x') for v in lines), lines
     assert any(v.startswith('stage batch vs microbatch: cannot tell — x') for v in lines), lines
     assert not any('faster' in v or 'slower' in v for v in lines if 'the shim' in v or 'stage batch' in v), lines
-    assert '(unstable)' in pipeline.text(busy).split('shim-batch ', 1)[1].splitlines()[0]
+    assert '(unstable)' in pipeline.pipeline_text(busy).split('shim-batch ', 1)[1].splitlines()[0]
 
 
 def test_a_compare_across_an_upgrade_judges_what_ran_on_both_and_the_shims_legs() -> None:
