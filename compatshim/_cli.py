@@ -102,14 +102,9 @@ def _pipeline_command(args: argparse.Namespace) -> int:
         from compatshim.bench import pipeline
 
         size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds)
+        baselines = pipeline.Baselines(args.compare, args.save, args.dir)
         gated = pipeline.gate_pipeline(
-            args.pipeline,
-            device=args.device,
-            size=size,
-            compare_to=args.compare,
-            save=args.save,
-            directory=args.dir,
-            progress=sys.stderr,
+            args.pipeline, device=args.device, size=size, baselines=baselines, progress=sys.stderr
         )
     except (ValueError, RuntimeError, ImportError) as exc:
         print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)

@@ -153,9 +153,8 @@ def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
         size = None if quick is None and compare else pipelines.size_of('default' if quick is False else 'quick')
         named = name or (pipeline if isinstance(pipeline, str) else request.node.nodeid)
         try:
-            gated = pipelines.gate_pipeline(
-                pipeline, named, device=device, size=size, compare_to=compare, save=save, directory=directory
-            )
+            baselines = pipelines.Baselines(compare, save, directory)
+            gated = pipelines.gate_pipeline(pipeline, named, device=device, size=size, baselines=baselines)
         except ValueError as exc:  # a baseline that cannot be used, or a pipeline that cannot run
             failed = str(exc)
         else:

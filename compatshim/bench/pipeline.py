@@ -23,6 +23,7 @@ from compatshim.devices.accelerator import accelerator
 from compatshim.shim.hooks import RESULT_RULE, result_problem
 
 __all__ = [
+    'Baselines',
     'Gated',
     'Pipeline',
     'PipelineError',
@@ -238,58 +239,85 @@ class Gated:
     lines: list[str]
 
 
+@dataclasses.dataclass(frozen=True)
+class Baselines:
+    """What the pipeline gate does with saved results: compare with the baseline ``compare``, save as ``save`` (unless
+    the comparison failed), both in ``directory`` (default: ``.compatshim/benchmarks``)."""
+
+    compare: Optional[str] = None
+    save: Optional[str] = None
+    directory: Any = None
+
+    def store(self) -> Store:
+        """The store they live in (``ValueError``: a name that is not a baseline name)."""
+        store = Store(self.directory if self.directory is not None else PIPELINE_DIR, PipelineResult)
+        for given in (self.save, self.compare):
+            if given is not None:
+                store.path(given)
+        return store
+
+    def baseline(self, store: Store) -> Optional[PipelineResult]:
+        """The baseline to compare with (``None``: none asked for); ``ValueError`` naming what is wrong with it: there
+        is none of that name (those there are), or it cannot be read."""
+        if self.compare is None:
+            return None
+        try:
+            baseline: Optional[PipelineResult] = store.load(self.compare)
+        except UnreadableResult as exc:
+            other = f', or compare with {exc.reader}' if exc.reader else ''
+            raise ValueError(
+                f'{store.path(self.compare).as_posix()} cannot be used: {exc}; save it again with --save '
+                f'{self.compare}{other}'
+            ) from None
+        if baseline is None:
+            raise ValueError(store.absent(self.compare))
+        return baseline
+
+    def size(self, store: Store, baseline: PipelineResult) -> Size:
+        """The size ``baseline`` was measured at, to measure at it again (``ValueError``: its size is not one)."""
+        try:
+            size = Size(**known(Size, baseline.fingerprint['size']))
+            size_of(size.name, size.steps, size.rounds)  # the checks of a size asked for
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f'{store.path(str(self.compare)).as_posix()} cannot be used: its size is not one ({first_line(exc)}); '
+                f'save it again with --save {self.compare}'
+            ) from None
+        return size
+
+
 def gate_pipeline(
     pipeline: Any,
     name: Optional[str] = None,
     *,
     device: str = 'cpu',
     size: Optional[Size] = None,
-    compare_to: Optional[str] = None,
-    save: Optional[str] = None,
-    directory: Any = None,
+    baselines: Baselines = Baselines(),
     progress: Optional[TextIO] = None,
 ) -> Gated:
     """The pipeline gate, once for the CLI and the fixture: every input validated and a baseline that cannot be
     compared refused before anything is measured (``ValueError``/:class:`PipelineError`, one line); then measure,
-    compare with ``compare_to``, and save as ``save`` unless the comparison failed (a worse run never replaces its
-    baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its fields; ``size``: default
-    the baseline's when comparing, else ``default``."""
-    store = Store(directory if directory is not None else PIPELINE_DIR, PipelineResult)
-    for given in (save, compare_to):
-        if given is not None:
-            store.path(given)
+    compare with the baseline ``baselines.compare``, and save as ``baselines.save`` unless the comparison failed (a
+    worse run never replaces its baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its
+    fields; ``size``: default the baseline's when comparing, else ``default``."""
+    store = baselines.store()
     accelerator(device)
-    baseline = None
-    if compare_to is not None:
-        try:
-            baseline = store.load(compare_to)
-        except UnreadableResult as exc:
-            other = f', or compare with {exc.reader}' if exc.reader else ''
-            raise ValueError(
-                f'{store.path(compare_to).as_posix()} cannot be used: {exc}; save it again with --save {compare_to}'
-                f'{other}'
-            ) from None
-        if baseline is None:
-            raise ValueError(store.absent(compare_to))
+    baseline = baselines.baseline(store)
     if size is None and baseline is not None:  # the baseline's size when comparing with one
-        try:
-            size = Size(**known(Size, baseline.fingerprint['size']))
-            size_of(size.name, size.steps, size.rounds)  # the checks of a size asked for
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(
-                f'{store.path(str(compare_to)).as_posix()} cannot be used: its size is not one ({first_line(exc)}); '
-                f'save it again with --save {compare_to}'
-            ) from None
+        size = baselines.size(store, baseline)
     size = size or size_of('default')
     name = name or (pipeline if isinstance(pipeline, str) else 'pipeline')
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
-    if baseline is not None and compare_to is not None:
-        refuse_unlike(name, made, baseline, compare_to, device, size)
+    if baseline is not None and baselines.compare is not None:
+        refuse_unlike(name, made, baseline, baselines.compare, device, size)
     with engine.shim_state(None):  # off while it measures, as it was after
         result = bench_pipeline(name, made, device, size, progress)
-    code, lines = (_exits.OK, []) if baseline is None or compare_to is None else compare(result, baseline, compare_to)
-    if save and code == _exits.OK:
-        lines.append(f'saved {store.save(result, save, replace=True).as_posix()}')
-    elif save:
-        lines.append(f'not saved as {save!r}: the comparison did not pass')
+    lines: list[str] = []
+    code = _exits.OK
+    if baseline is not None and baselines.compare is not None:
+        code, lines = compare(result, baseline, baselines.compare)
+    if baselines.save and code == _exits.OK:
+        lines.append(f'saved {store.save(result, baselines.save, replace=True).as_posix()}')
+    elif baselines.save:
+        lines.append(f'not saved as {baselines.save!r}: the comparison did not pass')
     return Gated(result, code, lines)

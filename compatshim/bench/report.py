@@ -127,12 +127,20 @@ def _bytes_ratio(result: BenchResult) -> str:
 
 
 def markdown(judged: list[Judged], device: str) -> str:
-    """The report of one device as Markdown."""
-    counts = {o: sum(j.outcome is o for r in judged for j in r.judgements) for o in rule.Outcome}
+    """The report of one device as Markdown: the headline, compatshim's own cost, the recipe's bytes, every leg, the
+    outcomes other than ok and the machines."""
     out = [f'# compatshim regression baseline report ({device})', '']
     if not judged:
         return '\n'.join(out + ['No env produced a result.', ''])
-    out += [
+    for section in (_headline, _costs, _recipe, _per_leg, _notable, _machines):
+        out += section(judged)
+    return '\n'.join(out)
+
+
+def _headline(judged: list[Judged]) -> list[str]:
+    """The outcomes counted, the rule, and per release the metrics of the headline with their outcomes."""
+    counts = {o: sum(j.outcome is o for r in judged for j in r.judgements) for o in rule.Outcome}
+    out = [
         f'Envs: {len(judged)}. Outcomes over all gated metrics: '
         + ', '.join(f'{n} {o}' for o, n in counts.items())
         + f'. **Worst: {rule.worst([j for r in judged for j in r.judgements])}.**',
@@ -159,7 +167,12 @@ def markdown(judged: list[Judged], device: str) -> str:
             f'| {res.env}{planted} | {res.family} | ' + ' | '.join(_cell(r, m) for m in HEADLINE)
             + f' | {checks} | {_bytes_ratio(res)} | {"—" if change is None else f"{change:+.1%}"} |'
         )  # fmt: skip
-    out += [
+    return out
+
+
+def _costs(judged: list[Judged]) -> list[str]:
+    """compatshim's own cost per batch: each probe's share of a step, its path over the direct path, its µs."""
+    out = [
         '',
         "## compatshim's own cost per batch",
         '',
@@ -175,7 +188,12 @@ def markdown(judged: list[Judged], device: str) -> str:
     for r in judged:
         cells = [f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}' for _, (share, ratio, us) in COSTS]
         out.append(f'| {r.result.env} | ' + ' | '.join(cells) + ' |')
-    out += [
+    return out
+
+
+def _recipe(judged: list[Judged]) -> list[str]:
+    """The recipe workload: what plain device_transforms does, and the KiB per step that cross per leg."""
+    out = [
         '',
         '## Recipe workload: what crosses to the device',
         '',
@@ -189,15 +207,21 @@ def markdown(judged: list[Judged], device: str) -> str:
         '|---|---|---|---|---|',
     ]
     for r in judged:
+        recipe = r.result.recipe
         kib = {
-            n: f'{measured.h2d_bytes_per_step / 1024:.1f}' if measured.available else '—'
-            for n, measured in r.result.recipe.items()
+            name: f'{measured.h2d_bytes_per_step / 1024:.1f}' if measured.available else '—'
+            for name, measured in recipe.items()
         }
         out.append(
-            f'| {r.result.env} | {plain_words(r.result.recipe["unpatched"])} | {kib["unpatched"]} '
+            f'| {r.result.env} | {plain_words(recipe["unpatched"])} | {kib["unpatched"]} '
             f'| {kib["native-batch"]} | {kib["shim-batch"]} |'
         )
-    out += [
+    return out
+
+
+def _per_leg(judged: list[Judged]) -> list[str]:
+    """Per leg of the augment workload: placement, coherence, calls, bytes, samples/s (or why it did not run)."""
+    out = [
         '',
         '## Per leg (augment workload)',
         '',
@@ -214,8 +238,16 @@ def markdown(judged: list[Judged], device: str) -> str:
                 if measured.available
                 else f'| {r.result.env} | {name} | n/a: {measured.reason} | | | | |'
             )
+    return out
+
+
+def _notable(judged: list[Judged]) -> list[str]:
     notable = [j.line(r.result.env) for r in judged for j in r.judgements if j.outcome is not rule.Outcome.OK]
-    out += ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
+    return ['', '## Outcomes other than ok', '', *([f'- {line}' for line in notable] or ['None.']), '']
+
+
+def _machines(judged: list[Judged]) -> list[str]:
+    """Each machine the results were measured on, with the envs measured there."""
     machines: dict[str, list[str]] = {}
     for r in judged:
         fp = r.result.fingerprint
@@ -224,8 +256,7 @@ def markdown(judged: list[Judged], device: str) -> str:
             f'{fp["gpu"] or "none"}, Python {fp["python"]}, workload size {fp["size"]["name"]}'
         )
         machines.setdefault(machine, []).append(f'{r.result.env} (torch {fp["torch"]}, {r.result.measured_at})')
-    out += ['## Machine', '', *(f'- {machine}: ' + ', '.join(envs) for machine, envs in machines.items()), '']
-    return '\n'.join(out)
+    return ['## Machine', '', *(f'- {machine}: ' + ', '.join(envs) for machine, envs in machines.items()), '']
 
 
 @contextlib.contextmanager

@@ -239,7 +239,7 @@ def test_a_baseline_whose_size_is_not_one_is_refused_in_one_line(user_repo: Path
     saved.fingerprint['size'] = {'name': 'default', 'steps': 0, 'rounds': 8}
     (baselines / 'main.json').write_text(json.dumps(saved.to_json()))
     with pytest.raises(ValueError, match=r'main.json cannot be used: its size is not one \(ValueError: steps must be'):
-        pipeline.gate_pipeline(SPEC, compare_to='main')
+        pipeline.gate_pipeline(SPEC, baselines=pipeline.Baselines(compare='main'))
 
 
 def test_the_shared_source_starts_an_iterable_dataset_over() -> None:
