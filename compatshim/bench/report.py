@@ -18,6 +18,7 @@ from compatshim.bench.gate import Judged
 from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
 from compatshim.bench.results import SCHEMA, BenchResult, Cause, LegResult, PathLike, Result, quartiles, spread
 from compatshim.config.support import split_env
+from compatshim.devices.accelerator import accelerator
 from compatshim.observe.placement import Placement
 
 __all__ = [
@@ -89,10 +90,10 @@ def seconds(result: Result, wall_s: Optional[float] = None) -> str:
 
 def bench_text(result: Result, head: str, more: list[str]) -> str:
     """What a bench prints: ``head``, what its figures are, the leg table, then ``more``."""
-    fp, cpu = result.fingerprint, result.device == 'cpu'
-    where = 'the fake accelerator, placement and bytes real' if cpu else fp.get('gpu') or result.device
-    clock = "this process's CPU time" if cpu else 'wall time, the device synchronised at the edges of a window'
-    threads = f'torch threads {fp.get("torch_threads")}' + (' (fixed)' if cpu else '')
+    fp, host = result.fingerprint, accelerator(result.device).is_host
+    where = 'the fake accelerator, placement and bytes real' if host else fp.get('gpu') or result.device
+    clock = "this process's CPU time" if host else 'wall time, the device synchronised at the edges of a window'
+    threads = f'torch threads {fp.get("torch_threads")}' + (' (fixed)' if host else '')
     rounds = f'{fp["size"]["rounds"]} rounds of {fp["size"]["steps"]} steps'
     figures = f'  {result.device} ({where}); {rounds}; step times are {clock}, {threads}; waits are wall time'
     return '\n'.join([head, figures, *legs_table(result), *more])

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
 from compatshim.bench.engine import Pipeline, Size
+from compatshim.devices.accelerator import accelerator
 
 __all__ = ['Augment', 'RecipeTransform', 'default_size', 'pipeline']
 
@@ -29,7 +30,7 @@ IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 def default_size(device: str) -> str:
     """The size a device is measured at unless told otherwise: ``cpu`` on the host, ``gpu`` on an accelerator."""
-    return 'cpu' if device == 'cpu' else 'gpu'
+    return 'cpu' if accelerator(device).is_host else 'gpu'
 
 
 def bench_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
