@@ -31,28 +31,18 @@ from compatshim.bench import engine, workload
 from compatshim.bench.engine import SIZES, Schedule
 from compatshim.bench.metrics import METRICS, PROBES, pairs
 from compatshim.bench.results import BenchResult, Overheads
+from compatshim.config.settings import BENCH_SIZES
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
 from compatshim.devices.accelerator import Accelerator
 from compatshim.shim import api as shim
 from compatshim.shim import loops, patching
 
-__all__ = [
-    'CALLS',
-    'PROBE_SAMPLES',
-    'SIZE_NAMES',
-    'Probe',
-    'bench_reference',
-    'env_name',
-    'make_probe',
-    'planted_hook_delay',
-]
+__all__ = ['CALLS', 'PROBE_SAMPLES', 'Probe', 'bench_reference', 'env_name', 'make_probe', 'planted_hook_delay']
 
 #: Samples each overhead probe takes per round (after the round's windows).
 PROBE_SAMPLES = 3
 #: Calls per path per sample: the hook path, the monitor's step.
 CALLS = {'hook': 2000, 'monitor': 500}
-#: The sizes of the reference workload (:data:`compatshim.bench.engine.SIZES`).
-SIZE_NAMES = ('tiny', 'cpu', 'gpu')
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
 STEP_EVENTS = tuple(
     'before_dataloader after_dataloader batch_start before_train_batch before_forward after_forward before_loss '
@@ -79,10 +69,11 @@ def bench_reference(
     progress: Optional[TextIO] = None,
 ) -> BenchResult:
     """Measure every leg of this release (docs/harness.md) on ``device`` at ``size_name`` (one of
-    :data:`SIZE_NAMES`). ``plant_slowdown``: the shim legs' transform made this fraction slower; ``plant_hook_us``:
-    every call of the shim's hooks this many µs slower (planted regressions, to check the gate; 0 to measure)."""
-    if size_name not in SIZE_NAMES:
-        raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(SIZE_NAMES)}')
+    :data:`~compatshim.config.settings.BENCH_SIZES`). ``plant_slowdown``: the shim legs' transform made this fraction
+    slower; ``plant_hook_us``: every call of the shim's hooks this many µs slower (planted regressions, to check the
+    gate; 0 to measure)."""
+    if size_name not in BENCH_SIZES:
+        raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(BENCH_SIZES)}')
     if not 0.0 <= plant_slowdown <= 10.0:
         raise ValueError(f'plant_slowdown must be between 0 and 10, got {plant_slowdown}')
     if not 0.0 <= plant_hook_us <= 100_000:
