@@ -246,10 +246,8 @@ def check(
             except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
                 out[name] = LegResult(leg.description, Missing(Cause.REJECTED, first_line(exc)))
                 continue
-            try:
-                with shim_state(
-                    ''
-                ):  # as in the timed rounds: on for every leg, whose DataSpecs were built in its state
+            try:  # the shim on, as in the timed rounds: every leg's DataSpec was built in its leg's state
+                with shim_state(''):
                     trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
                 out[name] = LegResult(leg.description, Missing(Cause.FAILED, first_line(exc)), tap.window.where)

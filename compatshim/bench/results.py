@@ -167,23 +167,9 @@ class LegResult:
 
 
 #: A leg's keys in a stored result (schema 5), in their order.
-STORED = (
-    'description',
-    'status',
-    'reason',
-    'placement',
-    'calls_per_step',
-    'h2d_bytes_per_step',
-    'h2d_bytes_by_dtype',
-    'partner',
-    'round_s',
-    'beside_s',
-    'samples_per_s',
-    'transform_ms',
-    'transform_share',
-    'wait_ms',
-    'wait_share',
-    'monitor',
+STORED = tuple(
+    'description status reason placement calls_per_step h2d_bytes_per_step h2d_bytes_by_dtype partner round_s '
+    'beside_s samples_per_s transform_ms transform_share wait_ms wait_share monitor'.split()
 )
 
 
