@@ -1,8 +1,8 @@
 """``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim
 (docs/pipeline.md): every leg that exists on the release, and the ``ceiling`` (the same steps on batches already
 transformed and on the device), each timed leg back to back with a ceiling window (:func:`bench_pipeline`).
-:func:`gate_pipeline` is the whole gate —
-refuse what cannot be compared, measure, compare, save — for the CLI and the pytest fixture alike.
+:func:`gate_pipeline` is the whole gate — refuse what cannot be compared, measure, compare, save — for the CLI and
+the pytest fixture alike.
 """
 
 from __future__ import annotations
