@@ -29,7 +29,5 @@ class Placement(Word):
     NEVER_CALLED = 'never called'
     #: A leg given no transform (the pipeline bench's ceiling).
     NO_TRANSFORM = 'no transform'
-    #: A leg that could not run on this release (its reason says why).
-    UNAVAILABLE = 'unavailable'
     #: Called, on a device where placement cannot be seen (Composer's plain ``DeviceCPU``: host and device are one).
     UNOBSERVABLE = 'not observable'

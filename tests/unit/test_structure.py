@@ -166,3 +166,80 @@ def test_python_m_compatshim_is_the_one_module_entry_point() -> None:
     mains = [name for name, path in MODULES.items() if '__main__' in path.read_text() and name != 'compatshim.__main__']
     assert mains == []
     assert 'main()' in MODULES['compatshim.__main__'].read_text()
+
+
+# --- One name per concept, short functions: each check is a function of source text, so a planted violation can be
+# --- shown to fail it.
+
+#: The most lines (``def`` to its last line, docstring included) and parameters (``self``/``cls`` aside) a function has.
+MAX_LINES, MAX_PARAMS = 60, 7
+#: The device names; only ``compatshim.devices.accelerator`` tells devices apart by them.
+DEVICE_NAMES = frozenset({'cpu', 'cuda', 'mps', 'gpu'})
+
+
+def long_functions(source: str) -> list[str]:
+    """Every function of ``source`` over :data:`MAX_LINES` lines or :data:`MAX_PARAMS` parameters."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg not in ('self', 'cls')]
+            params = len(named) + (args.vararg is not None) + (args.kwarg is not None)
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_LINES or params > MAX_PARAMS:
+                found.append(f'{node.name} ({lines} lines, {params} parameters)')
+    return found
+
+
+def device_comparisons(source: str) -> list[str]:
+    """Every comparison in ``source`` against a device's name (``device == 'cpu'``, ``kind in ('cuda', 'mps')``)."""
+    return [
+        ast.unparse(node)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare)
+        and any(isinstance(c, ast.Constant) and c.value in DEVICE_NAMES for c in ast.walk(node))
+    ]
+
+
+def top_level_names(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each public or private name defined at the top of more than one of ``sources`` (module -> source): the modules
+    that define it."""
+    where: dict[str, list[str]] = {}
+    for module, source in sources.items():
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where.setdefault(node.name, []).append(module)
+    return {name: modules for name, modules in where.items() if len(modules) > 1}
+
+
+def test_no_function_over_60_lines_or_7_parameters() -> None:
+    found = {name: long_functions(path.read_text()) for name, path in MODULES.items()}
+    assert {name: functions for name, functions in found.items() if functions} == {}
+
+
+def test_device_names_are_compared_only_in_the_accelerator() -> None:
+    found = {name: device_comparisons(path.read_text()) for name, path in MODULES.items()}
+    assert {n: c for n, c in found.items() if c and n != 'compatshim.devices.accelerator'} == {}
+    assert found['compatshim.devices.accelerator'], 'the accelerator is where device names are told apart'
+
+
+def test_one_name_per_thing_in_the_bench() -> None:
+    """No function or class name is defined at the top of two bench modules (``measure``, ``Source``, ``judge``,
+    ``text`` were, each for different things), and none shadows a standard module the bench uses (``time``)."""
+    bench = {name: path.read_text() for name, path in MODULES.items() if name.startswith('compatshim.bench.')}
+    assert top_level_names(bench) == {}
+    shadowing = [n for n in ('time', 'statistics', 'json', 'math') for s in bench.values() if f'\ndef {n}(' in s]
+    assert shadowing == []
+
+
+def test_the_checks_fail_on_planted_violations() -> None:
+    """A 61-line function, an eighth parameter, a device name compared in the report, a second ``Source``."""
+    body = '\n'.join(f'    x{i} = {i}' for i in range(59))
+    assert long_functions(f'def f():\n{body}\n    return x0\n') == ['f (61 lines, 0 parameters)']
+    assert long_functions(f'def f():\n{body}\n') == []
+    assert long_functions('def f(self, a, b, c, d, e, f, g, *h): pass') == ['f (1 lines, 8 parameters)']
+    report = MODULES['compatshim.bench.report'].read_text()
+    planted = report + "\n\ndef _planted(result):\n    return result.device == 'cpu'\n"
+    assert device_comparisons(planted) == [*device_comparisons(report), "result.device == 'cpu'"]
+    sources = {'compatshim.bench.engine': 'class Source: pass', 'compatshim.bench.rule': 'class Source: pass'}
+    assert top_level_names(sources) == {'Source': ['compatshim.bench.engine', 'compatshim.bench.rule']}
