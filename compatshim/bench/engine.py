@@ -34,7 +34,7 @@ from compatshim.bench.metrics import LEGS, Leg, Pair
 from compatshim.bench.results import Cause, LegResult, Missing, now
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
-from compatshim.devices.accelerator import Accelerator, accelerator
+from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
@@ -326,29 +326,28 @@ class Session:
         }
 
 
-def ready(device: str) -> tuple[Accelerator, str]:
-    """The accelerator ``device`` and the installed Composer release: ``ValueError`` naming what is missing or a
+def ready(on: Accelerator) -> str:
+    """The installed Composer release, where a bench can run on ``on``: ``ValueError`` naming what is missing or a
     ``COMPATSHIM_`` variable that is not allowed (each leg's ``enable()`` would raise it), or ``RuntimeError`` while the
     shim is enabled (the bench turns it on and off per leg)."""
     problems, _ = settings.check_environment()
     if problems:
         raise ConfigurationError(settings.one_message(problems))
-    on = accelerator(device)
     if on.absent():
-        raise ValueError(f'--device {device}, but {on.absent()}')
+        raise ValueError(f'--device {on.name}, but {on.absent()}')
     composer = installed('mosaicml')
     if composer is None:
         raise ValueError('Composer is not installed here (pip install mosaicml)')
     if shim.status().patches:
         raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
-    return on, composer
+    return composer
 
 
 @contextlib.contextmanager
-def open_session(device: str, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
-    """A bench run on ``device`` (:func:`ready`) at ``size``, inside :func:`pinned`, printing progress lines for
-    ``name`` to ``out`` (``None``: silent), each with the seconds since it began."""
-    on, composer = ready(device)
+def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
+    """A bench run on ``on`` (:func:`ready`) at ``size``, inside :func:`pinned`, printing progress lines for ``name``
+    to ``out`` (``None``: silent), each with the seconds since it began."""
+    composer = ready(on)
     started = time.perf_counter()
 
     def say(message: str) -> None:

@@ -19,7 +19,7 @@ from compatshim.bench import engine, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.verdicts import verdicts
-from compatshim.devices.accelerator import accelerator
+from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim.hooks import RESULT_RULE, result_problem
 
 __all__ = [
@@ -140,13 +140,13 @@ def _keys(name: str, samples: int, pipeline: Pipeline) -> dict[str, Any]:
 
 
 def bench_pipeline(
-    name: str, pipeline: Pipeline, device: str = 'cpu', size: Optional[Size] = None, progress: Optional[TextIO] = None
+    name: str, pipeline: Pipeline, on: Accelerator, size: Optional[Size] = None, progress: Optional[TextIO] = None
 ) -> PipelineResult:
     """Measure every leg of ``pipeline`` on the installed Composer at ``size`` (default: ``default``). ``ValueError``
     (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one line; ``RuntimeError``: the shim
     is enabled in this process."""
     size = size or size_of('default')
-    with engine.open_session(device, name, size, progress) as session:
+    with engine.open_session(on, name, size, progress) as session:
         source, moving = Source(pipeline.dataloader), session.on.composer_device()
         try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
             batches, ceiling = [source.next() for _ in range(size.steps)], []
@@ -301,7 +301,7 @@ def gate_pipeline(
     worse run never replaces its baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its
     fields; ``size``: default the baseline's when comparing, else ``default``."""
     store = baselines.store()
-    accelerator(device)
+    on = accelerator(device)  # the one conversion of the device's name, before anything is read or measured
     baseline = baselines.baseline(store)
     if size is None and baseline is not None:  # the baseline's size when comparing with one
         size = baselines.size(store, baseline)
@@ -311,7 +311,7 @@ def gate_pipeline(
     if baseline is not None and baselines.compare is not None:
         refuse_unlike(name, made, baseline, baselines.compare, device, size)
     with engine.shim_state(None):  # off while it measures, as it was after
-        result = bench_pipeline(name, made, device, size, progress)
+        result = bench_pipeline(name, made, on, size, progress)
     lines: list[str] = []
     code = _exits.OK
     if baseline is not None and baselines.compare is not None:

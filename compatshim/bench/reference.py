@@ -33,7 +33,7 @@ from compatshim.bench.metrics import METRICS, PROBES, pairs
 from compatshim.bench.results import BenchResult, Overheads
 from compatshim.config.settings import BENCH_SIZES
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
-from compatshim.devices.accelerator import Accelerator
+from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
 from compatshim.shim import loops, patching
 
@@ -79,7 +79,7 @@ def bench_reference(
     if not 0.0 <= plant_hook_us <= 100_000:
         raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size, env = SIZES[size_name], env_name(device)
-    with engine.open_session(device, env, size, progress) as session, planted_hook_delay(plant_hook_us):
+    with engine.open_session(accelerator(device), env, size, progress) as session, planted_hook_delay(plant_hook_us):
         with engine.shim_state(''):
             patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
         augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
