@@ -79,7 +79,7 @@ def _reference_text(result: Any, started: float) -> str:
 
 #: The pipeline bench's own options, and the reference bench's it does not take.
 _PIPELINE_ONLY = ('json', 'save', 'compare', 'dir', 'quick', 'steps', 'rounds')
-_REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us')
+_REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us', 'plant_work')
 
 
 def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
@@ -140,6 +140,7 @@ def _bench_command(args: argparse.Namespace) -> int:
             args.size,
             plant_slowdown=args.plant_slowdown,
             plant_hook_us=args.plant_hook_us,
+            plant_work=bool(args.plant_work),
             progress=sys.stderr,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
@@ -387,6 +388,13 @@ def _reference_options(bench: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar='FRACTION',
         help='make the transform this much slower in the shim legs (checks the gate)',
+    )
+    bench.add_argument(
+        '--plant-work',
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="1: make both workloads' transforms one op heavier over a tenth of each batch (checks the work gate)",
     )
     bench.add_argument(
         '--plant-hook-us',

@@ -38,6 +38,7 @@ from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
+from compatshim.observe.work import WorkCounter
 from compatshim.shim import api as shim
 
 __all__ = [
@@ -238,7 +239,8 @@ def check(
         if absent:
             out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
-        monitor, tap = TransformMonitor(), Tap(pipeline.transform)
+        counter = WorkCounter(pipeline.transform)  # the transform's work, counted in these untimed steps alone
+        monitor, tap = TransformMonitor(), Tap(counter)
         with quiet():
             try:
                 device = session.on.observable_device()
@@ -263,6 +265,8 @@ def check(
             h2d_bytes_per_step=int(summary.bytes_per_step),
             h2d_bytes_by_dtype=summary.bytes_by_dtype,
             monitor=summary.text,
+            work=counter.work() if seen is not None else None,
+            work_failed=counter.failed or '',
         )
     return out
 

@@ -145,6 +145,11 @@ METRICS: tuple[Metric, ...] = (
     *(Metric(f'placement ({"recipe " if recipe else ""}{name})', rule.ON_DEVICE, SampleSource(name, recipe=recipe),
              Gate.ALWAYS) for recipe in (False, True) for name in ('shim-batch', 'shim-microbatch')),
     Metric('patches on an unaffected release', rule.NOTHING_PATCHED, SampleSource(), Gate.UNAFFECTED),
+    # The transforms' work per call, counted: the shim makes them do what 0.24.1 did (at stage microbatch the same
+    # work in two calls of half the batch).
+    *(Metric(f'work per call ({"recipe" if recipe else "augment"} {name})', rule.WORK,
+             SampleSource(name, recipe=recipe), Gate.AFFECTED)
+      for recipe in (True, False) for name in ('shim-batch', 'shim-microbatch')),
 )  # fmt: skip
 
 
@@ -179,6 +184,7 @@ def pipeline_metrics(names: Iterable[str]) -> tuple[Metric, ...]:
         out += [Metric(f'{name}: placement', rule.PLACEMENT_AS_BEFORE, source, Gate.ALWAYS)] if transformed else []
         out += [Metric(f'{name}: calls per step', rule.CALLS, source, Gate.ALWAYS)] if transformed else []
         out += [Metric(f'{name}: bytes per step', rule.BYTES, source, Gate.ALWAYS)]
+        out += [Metric(f'{name}: work per call', rule.WORK, source, Gate.ALWAYS)] if transformed else []
         beside = SampleSource(name, 'ceiling')
         out += [Metric(f'{name}/ceiling', rule.BESIDE, beside, Gate.ALWAYS)] if transformed else []
     return tuple(out)

@@ -224,10 +224,29 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
               for name in sorted(ran_before - ran - relied_on)]  # fmt: skip
     lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
+    lines += timing_sight(result, baseline)
     worse = sum(j.outcome is rule.Outcome.REGRESSION for j in judgements)
     worsened = f'{worse} worsened' if worse else 'nothing worsened'
     lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {worsened}')
     return (_exits.REGRESSION if worse else _exits.OK), lines
+
+
+def timing_sight(result: PipelineResult, baseline: PipelineResult) -> list[str]:
+    """What the timings say of the transform, judged or not: its time per call now and in the baseline, and what the
+    timing gate can see of it on this pipeline (its share of a step sets how much slower it must get to move the step
+    beyond the gate's minimum effect); the work counts see any growth."""
+    name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
+    now, before = result.legs.get(name), baseline.legs.get(name)
+    if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
+        return []
+    per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
+    step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer is the gate's minimum effect
+    slower = 1 + step_change / now.transform_share
+    return [
+        f'{name}: the transform {per_call[0]:.3g} ms per call, {per_call[1]:.3g} ms in the baseline '
+        f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: the timing gate sees it '
+        f'from about {slower:.1f}x slower, the work counts see any growth'
+    ]
 
 
 @dataclasses.dataclass
@@ -318,6 +337,12 @@ def gate_pipeline(
         code, lines = compare(result, baseline, baselines.compare)
     if baselines.save and code == _exits.OK:
         lines.append(f'saved {store.save(result, baselines.save, replace=True).as_posix()}')
+        shaky = [result.unstable(name) for name in result.legs if result.step_ms(name) and result.unstable(name)]
+        if shaky:
+            lines.append(
+                f'unstable: {"; ".join(shaky)}. A compare against it judges no timing of those legs (counts and '
+                'placement still): save it again on a quieter runner, or with more --rounds'
+            )
     elif baselines.save:
         lines.append(f'not saved as {baselines.save!r}: the comparison did not pass')
     return Gated(result, code, lines)

@@ -18,6 +18,7 @@ it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import inspect
 import sys
@@ -66,12 +67,13 @@ def bench_reference(
     *,
     plant_slowdown: float = 0.0,
     plant_hook_us: float = 0.0,
+    plant_work: bool = False,
     progress: Optional[TextIO] = None,
 ) -> BenchResult:
     """Measure every leg of this release (docs/harness.md) on ``device`` at ``size_name`` (one of
     :data:`~compatshim.config.settings.BENCH_SIZES`). ``plant_slowdown``: the shim legs' transform made this fraction
-    slower; ``plant_hook_us``: every call of the shim's hooks this many µs slower (planted regressions, to check the
-    gate; 0 to measure)."""
+    slower; ``plant_hook_us``: every call of the shim's hooks this many µs slower; ``plant_work``: both workloads'
+    transforms one op heavier over a tenth of each batch (planted regressions, to check the gate; 0 to measure)."""
     if size_name not in BENCH_SIZES:
         raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(BENCH_SIZES)}')
     if not 0.0 <= plant_slowdown <= 10.0:
@@ -82,7 +84,9 @@ def bench_reference(
     with engine.open_session(accelerator(device), env, size, progress) as session, planted_hook_delay(plant_hook_us):
         with engine.shim_state(''):
             patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
-        augment, recipe = workload.pipeline('augment', size), workload.pipeline('recipe', size)
+        augment, recipe = (workload.pipeline(name, size) for name in ('augment', 'recipe'))
+        if plant_work:
+            augment, recipe = (dataclasses.replace(p, transform=_Heavier(p.transform)) for p in (augment, recipe))
         recipe_legs = engine.measure(session, recipe, Schedule(timed=lambda measured: False), size.batch)  # checked
         slower = _Planted(augment.transform, plant_slowdown, session.on) if plant_slowdown else None
         overheads = {name: Overheads(CALLS[name.partition('-')[0]]) for name in PROBES}
@@ -108,7 +112,21 @@ def bench_reference(
         patched_by_enable=patched,
         planted_slowdown=plant_slowdown,
         planted_hook_us=plant_hook_us,
+        planted_work=plant_work,
     )
+
+
+class _Heavier:
+    """The transform, then one more op over a tenth of the batch's first tensor (about 10% more work, on purpose)."""
+
+    def __init__(self, transform: Callable[[Any], Any]) -> None:
+        self.transform = transform
+
+    def __call__(self, batch: Any) -> Any:
+        out = self.transform(batch)
+        first = out[0] if isinstance(out, (list, tuple)) else out
+        first[: max(1, len(first) // 10)].mul_(1.0)
+        return out
 
 
 class _Planted:

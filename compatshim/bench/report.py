@@ -96,7 +96,24 @@ def bench_text(result: Result, head: str, more: list[str]) -> str:
     threads = f'torch threads {fp.get("torch_threads")}' + (' (fixed)' if host else '')
     rounds = f'{fp["size"]["rounds"]} rounds of {fp["size"]["steps"]} steps'
     figures = f'  {result.device} ({where}); {rounds}; step times are {clock}, {threads}; waits are wall time'
-    return '\n'.join([head, figures, *legs_table(result), *more])
+    return '\n'.join([head, figures, *legs_table(result), *work_lines(result), *more])
+
+
+def work_lines(result: Result) -> list[str]:
+    """The transform's work per call in each leg that ran it, counted in the untimed check steps (ops, bytes written by
+    dtype, FLOPs): the same on any machine, so a heavier transform shows exactly. Empty for a result without counts."""
+    counted = {name: measured for name, measured in result.legs.items() if measured.work or measured.work_failed}
+    if not counted:
+        return []
+    lines = [f'  work per call (counted, not timed; torch {result.torch}):']
+    for name, measured in counted.items():
+        if measured.work is None:
+            lines.append(f'    {name:19}not counted: {measured.work_failed}')
+            continue
+        per_step = measured.calls_per_step
+        step = f'; x{per_step:g} calls/step' if per_step not in (0, 1) else ''
+        lines.append(f'    {name:19}{measured.work.text()}{step}')
+    return lines
 
 
 def reference_lines(result: BenchResult) -> list[str]:

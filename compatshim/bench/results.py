@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Optional, Union
 from compatshim._version import __version__
 from compatshim.config.support import UNAFFECTED_FAMILY
 from compatshim.observe.placement import Placement, Word
+from compatshim.observe.work import Work
 
 __all__ = [
     'SCHEMA',
@@ -119,6 +120,10 @@ class LegResult:
     wait_share: Optional[float] = None
     #: What the in-run monitor said of the check steps.
     monitor: str = ''
+    #: The transform's work per call, counted in the check steps (``None``: no transform ran, or an older result);
+    #: ``work_failed``: why torch could not count it.
+    work: Optional[Work] = None
+    work_failed: str = ''
 
     @property
     def available(self) -> bool:
@@ -154,11 +159,14 @@ class LegResult:
             'partner': partner,
             'beside_s': list(beside_s),
         }
-        return {key: stored[key] for key in STORED}
+        counted = {'work': self.work.to_json()} if self.work is not None else {}
+        failed = {'work_failed': self.work_failed} if self.work_failed else {}
+        return {**{key: stored[key] for key in STORED}, **counted, **failed}  # work: added to schema 5, optional
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
-        measured = cls(**known(cls, data))
+        measured = cls(**known(cls, {k: v for k, v in data.items() if k != 'work'}))
+        measured.work = Work.from_json(data['work']) if data.get('work') else None
         status, placement = data.get('status', 'ran'), data.get('placement', Placement.NEVER_CALLED)
         measured.missing = None if status == 'ran' else Missing(Cause(status), data.get('reason', ''))
         measured.placement = Placement.NEVER_CALLED if placement == UNAVAILABLE else Placement(placement)
@@ -303,6 +311,8 @@ class BenchResult(Result):
     patched_by_enable: list[str] = dataclasses.field(default_factory=list)
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0
+    #: The transforms made heavier by one op over a tenth of each batch (a planted change of work, to check the gate).
+    planted_work: bool = False
     kind: ClassVar[str] = 'bench'
     command: ClassVar[str] = 'compatshim bench'
 
@@ -317,13 +327,14 @@ class BenchResult(Result):
 
     @property
     def planted(self) -> bool:
-        return bool(self.planted_slowdown or self.planted_hook_us)
+        return bool(self.planted_slowdown or self.planted_hook_us or self.planted_work)
 
     @property
     def planted_text(self) -> str:
         """What was planted, in words (``''``: nothing; a measurement)."""
         parts = [f'transform {self.planted_slowdown:.0%} slower'] if self.planted_slowdown else []
         parts += [f'+{self.planted_hook_us:g} µs per hook call'] if self.planted_hook_us else []
+        parts += ['transforms one op heavier over a tenth of each batch'] if self.planted_work else []
         return f'PLANTED: {", ".join(parts)}' if parts else ''
 
 

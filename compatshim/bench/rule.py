@@ -114,6 +114,8 @@ class Kind:
 
     name, unit, digits, sentence, holds = '', '', '.3f', '', ''
     against_baseline, paired = True, False
+    #: Judged only where the rounds of both legs were stable, in the run and in its baseline (else inconclusive).
+    stable_rounds = False
     min_effect: Optional[float] = None
     sizes: Optional[tuple[str, ...]] = None
 
@@ -245,6 +247,48 @@ class Exact(Kind):
         return f'{samples[0] / 1024:.1f} KiB' if 'bytes' in self.unit else f'{samples[0]:g}'
 
 
+class WorkDone(Kind):
+    """A leg's transform's work per call (ops, bytes written, FLOPs: counted, not timed), against its baseline's on the
+    same torch and Composer exactly: more of any count is a regression, less of one and more of none an improvement
+    (the baseline is stale); across a torch or Composer upgrade a change is reported with the versions, never judged
+    (torch may decompose an op differently)."""
+
+    name, unit, holds = 'work', ' B/call', 'only the code: a count (and the torch release, which is said)'
+    sentence = "a transform's work per call (ops, bytes written, FLOPs) above its baseline's on the same torch"
+
+    def read(self, source: SampleSource, result: Result) -> list[Any]:
+        measured = source.leg_of(result)
+        if measured is None or measured.work is None:
+            return []
+        return [(measured.work, f'torch {result.torch}, Composer {result.composer}')]
+
+    def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
+        assert before, 'judged against a baseline'
+        (new, on_now), (old, on_before) = now[0], before[0]
+        counts = [(what, getattr(old, what), getattr(new, what)) for what in ('ops', 'bytes', 'flops')]
+        changed = [f'{what} {_fmt(a)} -> {_fmt(b)}' for what, a, b in counts if a != b]
+        if on_now != on_before:
+            outcome = Outcome.OK if not changed else Outcome.INCONCLUSIVE
+            reason = (
+                f'{on_before} -> {on_now}: '
+                + ('; '.join(changed) or 'the same work')
+                + ' (not judged: another release)'
+            )
+        elif not changed:
+            outcome, reason = Outcome.OK, 'the same work'
+        elif any(b > a for _, a, b in counts):
+            outcome, reason = Outcome.REGRESSION, f'more work per call: {"; ".join(changed)} ({new.text()})'
+        else:
+            outcome, reason = Outcome.IMPROVED, f'less work per call: {"; ".join(changed)}: the baseline is stale'
+        return Judgement(metric, outcome, reason, old.bytes, new.bytes, 'exact', None, self.unit)
+
+    def central(self, samples: list[Any]) -> Optional[float]:
+        return float(samples[0][0].bytes) if samples else None
+
+    def show(self, samples: list[Any]) -> str:
+        return samples[0][0].text() if samples else '—'
+
+
 class Check(Kind):
     """A fact of the run that must hold whatever the timings: ``find`` gives the problem ('' when it holds, ``None``
     where it cannot be checked)."""
@@ -285,6 +329,19 @@ def _nothing_patched(source: SampleSource, result: Result) -> Optional[str]:
     return None if patched is None else f'enable() patched {", ".join(patched)}' if patched else ''
 
 
+def _unsteady(source: SampleSource, result: Result, baseline: Any) -> str:
+    """Why a timing of ``source``'s legs cannot be judged (``''``: it can): a leg whose rounds were unstable in the
+    baseline or in this run (:meth:`Result.unstable`, the table's *(unstable)*), with what to do."""
+    for leg in (source.leg, source.partner):
+        if baseline is not None and baseline.unstable(leg):
+            return f'not judged: in the baseline, {baseline.unstable(leg)}; save it again on a quieter runner'
+        if result.unstable(leg):
+            return (
+                f'not judged: in this run, {result.unstable(leg)}; run again on a quieter runner, or with more --rounds'
+            )
+    return ''
+
+
 #: Two legs of like work in one process still differ from session to session by an offset shared by every round (two
 #: Trainers of one leg in one process agree within 1%): three sessions of unchanged code moved these ratios by up to
 #: 10.3%, a planted 20% slower transform by 11.4-18.7%. The minimum effect lies between.
@@ -301,6 +358,7 @@ BESIDE = Ratio(
     'and on the device)',
     "the pipeline's code, and another kind of runner by about its minimum effect: compare on the same kind",
 )
+BESIDE.stable_rounds = True
 OVERHEAD = Reported('overhead ratio', '×', '.3f', lambda path, direct, calls: path / direct)
 FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (path - direct) / calls * 1e6)
 #: Limits for a step of the real workload, measured on unchanged code, quiet and loaded, on two 2-core machines 1.7x
@@ -328,6 +386,7 @@ PLACEMENT_AS_BEFORE = Exact(
     lambda old, new: new is Placement.DEVICE,
     "a pipeline leg's placement that changes from its baseline's, other than to the device",
 )
+WORK = WorkDone()
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
 
@@ -339,14 +398,14 @@ RULE = (
     'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
     'comparable* when the baseline measured another workload; *ok* otherwise. A regression without a test: '
     f'{HOOK_SHARE.sentence}; {MONITOR_SHARE.sentence}; {BYTES.sentence}; {ON_DEVICE.sentence}; '
-    f'{NOTHING_PATCHED.sentence}; {PLACEMENT_AS_BEFORE.sentence}; {CALLS.sentence}. What can move each: nothing but '
-    "the code moves a count or a check; a same-run ratio's two legs do the same work by different routes in the same "
-    'rounds, so neither a slower machine nor a slow phase moves it; a share is held to a stated limit, not to a '
-    'baseline, and the limit lies far above what any machine measured; a pipeline leg against its ceiling is unlike '
-    'work, which another machine can move by about its minimum effect, so a pipeline is compared with a baseline '
-    'saved on the same kind of runner. Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are '
-    'reported, never judged. Any regression exits 1, and so does a release without a baseline where its device has '
-    'some.'
+    f'{NOTHING_PATCHED.sentence}; {PLACEMENT_AS_BEFORE.sentence}; {CALLS.sentence}; {WORK.sentence}. What can '
+    "move each: nothing but the code moves a count or a check; a same-run ratio's two legs do the same work by "
+    'different routes in the same rounds, so neither a slower machine nor a slow phase moves it; a share is held to '
+    'a stated limit, not to a baseline, and the limit lies far above what any machine measured; a pipeline leg '
+    'against its ceiling is unlike work, which another machine can move by about its minimum effect, so a pipeline '
+    'is compared with a baseline saved on the same kind of runner, and only where the rounds of both were stable. '
+    'Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are reported, never judged. Any '
+    'regression exits 1, and so does a release without a baseline where its device has some.'
 )
 
 
@@ -360,6 +419,10 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
             continue
         kind = metric.kind
         before = metric.read(baseline) if baseline is not None and not unlike else []
+        unsteady = _unsteady(metric.source, result, baseline) if kind.stable_rounds and before else ''
+        if unsteady:
+            out.append(Judgement(metric.id, Outcome.INCONCLUSIVE, unsteady, kind.central(before), kind.central(now)))
+            continue
         if not kind.against_baseline or before:
             out.append(kind.judge(metric.id, now, before or None))
             continue

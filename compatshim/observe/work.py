@@ -5,7 +5,8 @@ heavier transform shows on every runner, every time (docs/pipeline.md, "Work").
 :class:`WorkCounter` wraps a transform: each call runs under a ``TorchDispatchMode`` (and torch's
 ``FlopCounterMode``) on a plain copy of the batch, with the random generators put back, before the real call:
 nothing is timed, and the work is done twice, so it is used only in untimed steps. A view writes nothing; an
-in-place op writes its output; a new tensor is written once. Imports torch.
+in-place op writes its output; a new tensor is written once. :class:`Work` (the record) imports nothing heavy;
+counting imports torch.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import random
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import FlopCounterMode
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ['Work', 'WorkCounter']
 
@@ -65,7 +65,11 @@ class Work:
 def _generators_kept(batch: Any) -> Iterator[None]:
     """Every random generator a transform may draw from (Python's, numpy's if imported, torch's on the host and on
     the batch's accelerator) as it was before the block."""
-    devices = sorted({t.device.index or 0 for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.is_cuda})
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves = tree_flatten(batch)[0]
+    devices = sorted({t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.is_cuda})
     numpy = sys.modules.get('numpy')
     python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
     try:
@@ -84,25 +88,33 @@ def _storage(tensor: torch.Tensor) -> Optional[int]:
         return None
 
 
-class _Dispatches(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode base is untyped
-    """Counts every op and the bytes its outputs write."""
+@functools.cache
+def _dispatch_counter() -> type:
+    """A ``TorchDispatchMode`` that counts every op and the bytes its outputs write (made once, when first asked:
+    importing this module imports no torch)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
 
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops = 0
-        self.bytes: collections.Counter[str] = collections.Counter()
+    class Dispatches(TorchDispatchMode):  # type: ignore[no-untyped-call]  # an untyped base
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.ops = 0
+            self.bytes: collections.Counter[str] = collections.Counter()
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        self.ops += 1
-        inputs = {_storage(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
-        returns = func._schema.returns
-        for index, tensor in enumerate(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)):
-            alias = returns[index].alias_info if index < len(returns) else None
-            written = alias.is_write if alias is not None else _storage(tensor) not in inputs
-            if written:
-                self.bytes[str(tensor.dtype).removeprefix('torch.')] += tensor.numel() * tensor.element_size()
-        return out
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            self.ops += 1
+            inputs = {_storage(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+            returns = func._schema.returns
+            for index, tensor in enumerate(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)):
+                alias = returns[index].alias_info if index < len(returns) else None
+                written = alias.is_write if alias is not None else _storage(tensor) not in inputs
+                if written:
+                    self.bytes[str(tensor.dtype).removeprefix('torch.')] += tensor.numel() * tensor.element_size()
+            return out
+
+    return Dispatches
 
 
 class WorkCounter:
@@ -133,7 +145,11 @@ class WorkCounter:
         """One counted call, on a plain copy of ``batch`` (tensor subclasses such as the fake accelerator's do not mix
         with a dispatch mode; an in-place transform must not touch the real batch), with every random generator put
         back after it, so that the real call draws what the counted one drew: the counts are of the real call."""
-        dispatches, flops = _Dispatches(), FlopCounterMode(display=False)
+        import torch
+        from torch.utils._pytree import tree_map
+        from torch.utils.flop_counter import FlopCounterMode
+
+        dispatches, flops = _dispatch_counter()(), FlopCounterMode(display=False)
         plain = tree_map(lambda t: t.as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else t, batch)
         with _generators_kept(plain), flops, dispatches:
             self.transform(plain)

@@ -4,7 +4,7 @@ cropped on the device, as MosaicML's ImageNet recipe does.
 
 The tests plant regressions through the environment: ``PIPELINE_SLOWER=N`` makes the transform do its work N times
 (``2``: 2x slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the
-bytes).
+bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% more work).
 """
 
 import os
@@ -39,6 +39,8 @@ class Normalize:
             top, left = (int(v) for v in torch.randint(0, 9, (2,), generator=self.gen))
             out = out[:, :, top : top + x.shape[-2], left : left + x.shape[-1]]
             out = torch.nn.functional.avg_pool2d(out, 3, stride=1, padding=1)
+            if os.environ.get('PIPELINE_HEAVIER') == '1':
+                out[: max(1, len(out) // 10)].mul_(1.0)
         return out, y
 
 

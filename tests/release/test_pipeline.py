@@ -124,6 +124,28 @@ def test_save_then_compare_and_the_regressions_a_ci_must_catch(user_repo: Path, 
     assert code == 1 and "not saved as 'main'" in out  # a worse run never replaces its baseline
 
 
+def test_a_heavier_transform_fails_the_compare_on_its_work_exactly(
+    user_repo: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """The transform's work per call is counted in the check steps: one more op over a tenth of the batch fails
+    ``--compare`` on every leg that runs it, naming ops and bytes with both figures; 2x the work too; unchanged, 0."""
+    code, out, _ = _bench(capsys, '--quick', '--save', 'main')
+    assert code == 0 and 'work per call (counted, not timed' in out, out
+    ran = [leg for leg, data in json.loads((user_repo / '.compatshim' / 'benchmarks' / 'main.json').read_text())[
+        'legs'].items() if data.get('work')]  # fmt: skip
+    assert ran and 'ceiling' not in ran, ran
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    assert code == 0 and 'work per call' not in ''.join(line for line in out.splitlines() if 'REGRESSION' in line)
+    for plant in ('PIPELINE_HEAVIER', 'PIPELINE_SLOWER'):
+        monkeypatch.setenv(plant, '1' if plant == 'PIPELINE_HEAVIER' else '2')
+        code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+        monkeypatch.delenv(plant)
+        assert code == 1, out
+        for leg in ran:
+            line = next(line for line in out.splitlines() if f'REGRESSION {SPEC} {leg}: work per call' in line)
+            assert 'more work per call: ops' in line and 'bytes' in line and ' -> ' in line, line
+
+
 @pytest.mark.runs_in('family:rejected')
 def test_a_transform_ten_times_as_slow_fails_the_timing_gate(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
     """Five rounds (the fewest that can gate), the transform doing its work ten times (several times the step): every

@@ -562,3 +562,26 @@ def test_the_planted_slowdowns_fail_the_third_machines_runs(run: str) -> None:
         if result.affected:
             slower = _outcomes(_scaled(result, shim=0.8), recorded(result.env))
             assert slower[host_ratio(result)] == 'regression', (result.env, slower)
+
+
+def test_a_timing_is_never_judged_where_the_rounds_of_the_baseline_or_the_run_were_unstable() -> None:
+    """A baseline saved on a busy machine (its shim-batch rounds spread by over half their median, and its median by
+    chance 40% faster): against it an unchanged run read as a 30% regression, and the user's CI failed on unchanged
+    code. Now the ratio is inconclusive, naming the side that was unstable and what to do; the same rounds made stable
+    are judged (and regress), so the gate still sees what it can."""
+    run, baseline = _pipeline('unchanged'), copy.deepcopy(_pipeline('main'))
+    rounds = baseline.legs['shim-batch'].round_s
+    busy = [s * (0.45 if i % 2 else 0.75) for i, s in enumerate(rounds)]  # faster on median, and spread
+    baseline.legs['shim-batch'].round_s = busy
+    assert baseline.unstable('shim-batch') and not run.unstable('shim-batch')
+    judged = {j.metric: j for j in rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)}
+    verdict = judged['shim-batch/ceiling']
+    assert verdict.outcome == 'inconclusive', verdict
+    assert verdict.reason.startswith('not judged: in the baseline, shim-batch') and 'quieter runner' in verdict.reason
+    steady = [s * 0.6 for s in rounds]  # the same speed-up, in stable rounds: a real change, judged
+    baseline.legs['shim-batch'].round_s = steady
+    assert rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)
+    outcome = {
+        j.metric: j.outcome for j in rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)
+    }
+    assert outcome['shim-batch/ceiling'] == 'regression', outcome
