@@ -61,10 +61,37 @@ class Work:
         return f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
 
 
+def _own_generators(transform: Any) -> list[tuple[Any, Any]]:
+    """The generators a transform object holds as its attributes (``torch.Generator``, ``random.Random``, numpy's),
+    with their states: a transform that draws from its own generator draws the same in the real call too."""
+    import torch
+
+    held: list[tuple[Any, Any]] = []
+    for value in vars(transform).values() if hasattr(transform, '__dict__') else ():
+        if isinstance(value, torch.Generator):
+            held.append((value, value.get_state()))
+        elif isinstance(value, random.Random):
+            held.append((value, value.getstate()))
+        elif hasattr(value, 'bit_generator'):  # numpy.random.Generator
+            held.append((value.bit_generator, value.bit_generator.state))
+    return held
+
+
+def _put_back(generator: Any, state: Any) -> None:
+    import torch
+
+    if isinstance(generator, torch.Generator):
+        generator.set_state(state)
+    elif isinstance(generator, random.Random):
+        generator.setstate(state)
+    else:
+        generator.state = state
+
+
 @contextlib.contextmanager
-def _generators_kept(batch: Any) -> Iterator[None]:
+def _generators_kept(batch: Any, transform: Any) -> Iterator[None]:
     """Every random generator a transform may draw from (Python's, numpy's if imported, torch's on the host and on
-    the batch's accelerator) as it was before the block."""
+    the batch's accelerator, and those the transform object holds) as it was before the block."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -72,6 +99,7 @@ def _generators_kept(batch: Any) -> Iterator[None]:
     devices = sorted({t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.is_cuda})
     numpy = sys.modules.get('numpy')
     python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
+    own = _own_generators(transform)
     try:
         with torch.random.fork_rng(devices=devices):
             yield
@@ -79,6 +107,8 @@ def _generators_kept(batch: Any) -> Iterator[None]:
         random.setstate(python_state)
         if numpy is not None:
             numpy.random.set_state(numpy_state)
+        for generator, state in own:
+            _put_back(generator, state)
 
 
 def _storage(tensor: torch.Tensor) -> Optional[int]:
@@ -151,7 +181,7 @@ class WorkCounter:
 
         dispatches, flops = _dispatch_counter()(), FlopCounterMode(display=False)
         plain = tree_map(lambda t: t.as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else t, batch)
-        with _generators_kept(plain), flops, dispatches:
+        with _generators_kept(plain, self.transform), flops, dispatches:
             self.transform(plain)
         self.calls += 1
         self.ops += dispatches.ops

@@ -79,6 +79,18 @@ def test_work_that_depends_on_draws_is_the_same_for_seeded_runs_and_the_real_cal
     assert counted == plain, 'counting changed what the real calls drew'
 
 
+def test_a_transform_drawing_from_its_own_generator_draws_the_same_in_the_real_call() -> None:
+    class OwnDraws:
+        def __init__(self) -> None:
+            self.gen, self.python = torch.Generator().manual_seed(1), random.Random(1)
+
+        def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+            return batch.float() * float(torch.rand((), generator=self.gen)) + self.python.random()
+
+    plain, counted = OwnDraws(), WorkCounter(OwnDraws())
+    assert [plain(_batch()).sum().item() for _ in range(4)] == [counted(_batch()).sum().item() for _ in range(4)]
+
+
 def test_the_real_batch_is_untouched_by_the_counted_call_and_a_device_batch_is_counted() -> None:
     def in_place(batch: torch.Tensor) -> torch.Tensor:
         return batch.mul_(2)
