@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import random
 import sys
+import types
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -61,20 +62,43 @@ class Work:
         return f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
 
 
-def _own_generators(transform: Any) -> list[tuple[Any, Any]]:
-    """The generators a transform object holds as its attributes (``torch.Generator``, ``random.Random``, numpy's),
-    with their states: a transform that draws from its own generator draws the same in the real call too."""
+def _own_generators(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
+    """The generators a transform holds (``torch.Generator``, ``random.Random``, numpy's), with their states: among its
+    attributes, and theirs (a wrapper, a ``Compose`` of transforms, a ``functools.partial``), ``depth`` levels deep. A
+    transform that draws from its own generator then draws the same in the real call too."""
     import torch
 
     held: list[tuple[Any, Any]] = []
-    for value in vars(transform).values() if hasattr(transform, '__dict__') else ():
+    seen: set[int] = set()
+
+    def visit(value: Any, left: int) -> None:
+        if id(value) in seen or len(seen) > 256 or isinstance(value, (type, types.ModuleType, torch.Tensor)):
+            return
+        seen.add(id(value))
         if isinstance(value, torch.Generator):
             held.append((value, value.get_state()))
         elif isinstance(value, random.Random):
             held.append((value, value.getstate()))
         elif hasattr(value, 'bit_generator'):  # numpy.random.Generator
             held.append((value.bit_generator, value.bit_generator.state))
+        elif left > 0:
+            for item in _inside(value):
+                visit(item, left - 1)
+
+    visit(transform, depth)
     return held
+
+
+def _inside(value: Any) -> list[Any]:
+    """What a transform's attribute holds that may hold a generator: a list's or a dict's items, an object's
+    attributes, a ``functools.partial``'s function and arguments."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, functools.partial):
+        return [value.func, *value.args, *value.keywords.values()]
+    return list(vars(value).values()) if hasattr(value, '__dict__') else []
 
 
 def _put_back(generator: Any, state: Any) -> None:

@@ -90,6 +90,18 @@ def test_a_transform_drawing_from_its_own_generator_draws_the_same_in_the_real_c
     plain, counted = OwnDraws(), WorkCounter(OwnDraws())
     assert [plain(_batch()).sum().item() for _ in range(4)] == [counted(_batch()).sum().item() for _ in range(4)]
 
+    class Compose:  # a wrapper holding its transforms in a list, as torchvision's Compose does
+        def __init__(self, *transforms: Any) -> None:
+            self.transforms = list(transforms)
+
+        def __call__(self, batch: Any) -> Any:
+            for transform in self.transforms:
+                batch = transform(batch)
+            return batch
+
+    plain, counted = Compose(OwnDraws()), WorkCounter(Compose(OwnDraws()))
+    assert [plain(_batch()).sum().item() for _ in range(4)] == [counted(_batch()).sum().item() for _ in range(4)]
+
 
 def test_the_real_batch_is_untouched_by_the_counted_call_and_a_device_batch_is_counted() -> None:
     def in_place(batch: torch.Tensor) -> torch.Tensor:
