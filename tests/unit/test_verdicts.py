@@ -72,7 +72,7 @@ ROWS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(('per_round', 'told', 'said'), ROWS)
+@pytest.mark.parametrize(('per_round', 'told', 'said'), ROWS, ids=[f'row{i}' for i in range(len(ROWS))])
 def test_the_rule_row_by_row(per_round: list[float], told: Told, said: str) -> None:
     """What each set of per-round ratios tells, and the line that says it with the figures the rule read."""
     result = _ratios(per_round)
