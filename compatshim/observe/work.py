@@ -12,7 +12,9 @@ counting imports torch.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
+import copy
 import dataclasses
 import functools
 import random
@@ -81,6 +83,8 @@ def _own_generators(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
             held.append((value, value.getstate()))
         elif hasattr(value, 'bit_generator'):  # numpy.random.Generator
             held.append((value.bit_generator, value.bit_generator.state))
+        elif hasattr(value, 'get_state') and hasattr(value, 'set_state') and hasattr(value, 'randint'):
+            held.append((value, value.get_state()))  # numpy.random.RandomState
         elif left > 0:
             for item in _inside(value):
                 visit(item, left - 1)
@@ -98,7 +102,28 @@ def _inside(value: Any) -> list[Any]:
         return list(value.values())
     if isinstance(value, functools.partial):
         return [value.func, *value.args, *value.keywords.values()]
-    return list(vars(value).values()) if hasattr(value, '__dict__') else []
+    cells = [cell.cell_contents for cell in getattr(value, '__closure__', None) or () if _filled(cell)]
+    return cells + (list(vars(value).values()) if hasattr(value, '__dict__') else [])
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _plain_copy(leaf: Any) -> Any:
+    """A leaf of the batch the counted call may change freely: a plain tensor's copy, a deep copy of an object that may
+    hold tensors (a batch class of its own, a ``UserDict``), anything else as it is."""
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        return leaf.as_subclass(torch.Tensor).clone()
+    if hasattr(leaf, '__dict__') or isinstance(leaf, collections.abc.Mapping):
+        return copy.deepcopy(leaf)
+    return leaf
 
 
 def _put_back(generator: Any, state: Any) -> None:
@@ -108,6 +133,8 @@ def _put_back(generator: Any, state: Any) -> None:
         generator.set_state(state)
     elif isinstance(generator, random.Random):
         generator.setstate(state)
+    elif hasattr(generator, 'set_state'):  # numpy.random.RandomState
+        generator.set_state(state)
     else:
         generator.state = state
 
@@ -199,12 +226,11 @@ class WorkCounter:
         """One counted call, on a plain copy of ``batch`` (tensor subclasses such as the fake accelerator's do not mix
         with a dispatch mode; an in-place transform must not touch the real batch), with every random generator put
         back after it, so that the real call draws what the counted one drew: the counts are of the real call."""
-        import torch
         from torch.utils._pytree import tree_map
         from torch.utils.flop_counter import FlopCounterMode
 
         dispatches, flops = _dispatch_counter()(), FlopCounterMode(display=False)
-        plain = tree_map(lambda t: t.as_subclass(torch.Tensor).clone() if isinstance(t, torch.Tensor) else t, batch)
+        plain = tree_map(_plain_copy, batch)
         with _generators_kept(plain, self.transform), flops, dispatches:
             self.transform(plain)
         self.calls += 1

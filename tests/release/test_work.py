@@ -132,3 +132,38 @@ def test_a_transform_torch_cannot_count_is_reported_and_still_runs() -> None:
     counter = WorkCounter(odd)
     assert counter(_batch()) is not None
     assert counter.failed == 'RuntimeError: only the counted call fails' and counter.work() is None
+
+
+def test_generators_in_a_closure_or_a_numpy_random_state_and_a_batch_class_of_ones_own() -> None:
+    """What a reviewer found: a generator held in a closure, numpy's RandomState, and an in-place transform on a batch
+    that torch's pytree does not know (the counted call must not change the real batch)."""
+    numpy = pytest.importorskip('numpy')
+    gen = torch.Generator().manual_seed(2)
+
+    def closure(batch: torch.Tensor) -> torch.Tensor:
+        return batch.float() * float(torch.rand((), generator=gen))
+
+    class StateDraws:
+        def __init__(self) -> None:
+            self.state = numpy.random.RandomState(2)
+
+        def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+            return batch.float() * float(self.state.rand())
+
+    for make in (lambda: closure, StateDraws):
+        gen.manual_seed(2)
+        transform = make()
+        plain = [transform(_batch()).sum().item() for _ in range(3)]
+        gen.manual_seed(2)
+        counter = WorkCounter(make())
+        assert [counter(_batch()).sum().item() for _ in range(3)] == plain
+
+    class Batch:
+        def __init__(self) -> None:
+            self.x = torch.ones(2)
+
+    def doubles(batch: Batch) -> Batch:
+        batch.x.mul_(2)
+        return batch
+
+    assert WorkCounter(doubles)(Batch()).x.tolist() == [2.0, 2.0]
