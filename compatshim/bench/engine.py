@@ -358,8 +358,28 @@ def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) 
         if out is not None:
             print(f'{name}: {message} ({time.perf_counter() - started:.0f} s)', file=out, flush=True)
 
-    with pinned(on) as fixed:
+    with pinned(on) as fixed, _seeded():
         yield Session(on, composer, size, say, fixed, started)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int = 0) -> Iterator[None]:
+    """The host's random generators seeded for the block and put back after it: a shuffling dataloader gives every
+    run of the same code the same batches, whatever ran before it in the process (a test session), so that work
+    counted on them is the same; the caller's own draws go on as they were."""
+    numpy = sys.modules.get('numpy')
+    python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if numpy is not None:
+                numpy.random.seed(seed)
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
 
 
 @dataclasses.dataclass(frozen=True)
