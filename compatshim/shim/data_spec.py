@@ -156,6 +156,7 @@ def _place(spec: Any, transform: Optional[Transform], family: Family, native: It
         if micro is not None:
             spec.microbatch_transforms = micro
     batch.owner, batch.micro = spec, micro
+    batch.follow = None if family is Family.HOST else _follow
     batch.transform = batch.given = transform
     if micro is not None:
         micro.transform = transform
@@ -167,6 +168,12 @@ def _place(spec: Any, transform: Optional[Transform], family: Family, native: It
         natives = (('batch_transforms', batch, 'batch'), ('microbatch_transforms', micro, 'microbatch'))
         slots += [Slot(n, Fate.CALLED, ((holder, 'native'),), where) for n, holder, where in natives if n in native]
     _dataspecs.note(spec, slots, by_shim=True)
+
+
+def _follow(spec: Any, transform: Optional[Transform]) -> None:
+    """0.27+: place the transform assigned to ``spec`` while the shim was off, now that it is on (its hooks call this
+    when they find the attribute changed)."""
+    _place(spec, transform, Family.DROPPED, _natives_given(spec))  # 0.27+ families place alike
 
 
 def _natives_given(spec: Any) -> set[str]:

@@ -130,6 +130,9 @@ class BatchHook:
         self.owner: Any = None
         #: The microbatch-level hook beside this one (0.27+).
         self.micro: Optional[MicrobatchHook] = None
+        #: How a transform assigned while the shim was off is placed once it is on again (0.27+; it notes the DataSpec
+        #: anew, so that a monitor taps it): ``follow(owner, transform)``.
+        self.follow: Optional[Callable[[Any, Optional[Transform]], None]] = None
 
     def __call__(self, batch: Batch) -> Batch:
         if self.native is not None:
@@ -159,10 +162,14 @@ class BatchHook:
         """0.27+: the DataSpec's ``device_transforms`` (in its own ``__dict__``) is the transform; one assigned while
         the shim was off is the one that runs once it is on again."""
         held = vars(self.owner).get('device_transforms') if self.owner is not None else self.given
-        if held is not self.given and (held is None or callable(held)):
-            self.given = self.transform = held
-            if self.micro is not None:
-                self.micro.transform = held
+        if held is self.given or not (held is None or callable(held)):
+            return
+        if self.follow is not None:
+            self.follow(self.owner, held)
+            return
+        self.given = self.transform = held
+        if self.micro is not None:
+            self.micro.transform = held
 
     def after_move(self, microbatch: Batch) -> Batch:
         """Stage ``microbatch`` on 0.25–0.26: run right after the trainer's device moved a microbatch."""

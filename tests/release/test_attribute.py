@@ -289,6 +289,25 @@ def test_an_assignment_while_the_shim_was_off_runs_once_it_is_on_again(how: str)
 
 
 @NEEDS_PATCH
+def test_the_monitor_reports_a_transform_assigned_while_the_shim_was_off() -> None:
+    """The transform that runs once the shim is on again is the one the monitor reports (from the loop after the one
+    where it took over: that loop's first step was tapped before)."""
+    from compatshim.monitor import TransformMonitor
+
+    monitor, assigned = TransformMonitor(), Probe()
+    with compatshim.enabled():
+        spec = _spec(Probe())
+    spec.device_transforms = assigned
+    with compatshim.enabled():
+        t, _ = trainer(make_device(), callbacks=[monitor])
+        t.fit(train_dataloader=spec, duration='2ba')
+        t.fit(duration='2ba')
+    seen = monitor.summaries[-1].transforms['device_transforms']
+    assert (seen.where, seen.calls_per_step, seen.calls) == ('device', 1, 2), monitor.summaries[-1].line
+    assert len(assigned.calls) == 4
+
+
+@NEEDS_PATCH
 def test_a_dataspec_that_never_held_a_transform_under_the_shim_keeps_composers_behaviour() -> None:
     """Built under the shim with none, given one only while the shim was off: that assignment is Composer's own, as
     for a DataSpec built before ``enable()`` (0.25–0.26: on the host; 0.27+: never called)."""
