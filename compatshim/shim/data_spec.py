@@ -23,11 +23,12 @@ from compatshim.shim.hooks import BatchHook, MicrobatchHook, Transform
 from compatshim.shim.notes import Fate, Slot
 from compatshim.shim.registry import STATE
 
-__all__ = ['ATTRIBUTE_TARGET', 'TARGET', 'DeviceTransforms', 'given', 'instrument']
+__all__ = ['ATTRIBUTE_TARGET', 'COPY_TARGET', 'TARGET', 'DeviceTransforms', 'given', 'instrument']
 
 #: What this module patches: the constructor, and the attribute 0.24.1 had (0.27+ have none; 0.25–0.26 an instance's).
 TARGET = 'composer.core.data_spec.DataSpec.__init__'
 ATTRIBUTE_TARGET = 'composer.core.data_spec.DataSpec.device_transforms'
+COPY_TARGET = 'composer.core.data_spec.DataSpec.__copy__'
 
 
 def _take_device_transforms(
@@ -250,7 +251,28 @@ class DeviceTransforms:
 _TRAINER_MODULE = 'composer.trainer.trainer'
 
 
+def _make_copy(original: Any, record: patching.Patch, family: Family) -> Callable[[Any], Any]:
+    """``copy.copy(spec)``: as Python copies an object (its ``__dict__``, shallow), and a copy that holds the shim's
+    hooks gets hooks of its own, so that an assignment on either never changes what the other runs (as 0.24.1's
+    per-instance attribute behaves)."""
+
+    def __copy__(self: Any) -> Any:
+        if original is not patching.MISSING_ATTRIBUTE:  # a class of Composer's that copies itself: as it does
+            new = original(self)
+        else:
+            new = object.__new__(type(self))
+            vars(new).update(vars(self))
+        batch = _hooks(new, family)[0]
+        if record.active and batch is not None:
+            _place(new, batch.given, family, _natives_given(new))
+        return new
+
+    return __copy__
+
+
 def instrument(data_spec_cls: type, family: Family) -> None:
-    """Wrap ``DataSpec.__init__`` for ``family``, and give the class 0.24.1's ``device_transforms`` attribute."""
+    """Wrap ``DataSpec.__init__`` for ``family``, and give the class 0.24.1's ``device_transforms`` attribute and a
+    ``__copy__`` that gives a shallow copy hooks of its own."""
     STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
     STATE.patches.patch(data_spec_cls, 'device_transforms', lambda _, record: DeviceTransforms(record, family))
+    STATE.patches.patch(data_spec_cls, '__copy__', functools.partial(_make_copy, family=family))

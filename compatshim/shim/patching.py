@@ -36,6 +36,8 @@ __all__ = ['Patch', 'PatchSet', 'Swap', 'bound', 'describe', 'held', 'label', 's
 
 #: What an object's own ``__dict__`` held for an attribute it only inherited (or never had).
 _MISSING: Any = object()
+#: What a patch's ``original`` is where the class had no such attribute at all (the replacement adds it).
+MISSING_ATTRIBUTE: Any = _MISSING
 
 
 def label(owner: Any, name: str) -> str:

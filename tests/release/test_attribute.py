@@ -225,7 +225,8 @@ def test_copies_and_pickles_keep_the_assigned_transform() -> None:
 
 @NEEDS_PATCH
 def test_assigning_on_a_shallow_copy_leaves_the_original_alone() -> None:
-    """As on 0.24.1, where the attribute is the instance's own: ``copy.copy(spec)`` then an assignment on the copy."""
+    """As on 0.24.1, where the attribute is the instance's own: ``copy.copy(spec)``, then an assignment on the copy,
+    or on the original."""
     compatshim.enable()
     first, second = Probe(), Probe()
     spec = _spec(first)
@@ -236,6 +237,14 @@ def test_assigning_on_a_shallow_copy_leaves_the_original_alone() -> None:
     _fit(clone)
     _on_device(first, 2, 'the original')
     _on_device(second, 2, 'the copy')
+    kept, third = Probe(), Probe()
+    spec = _spec(kept)
+    clone = copy.copy(spec)
+    spec.device_transforms = third  # on the original this time: the copy keeps its own
+    assert clone.device_transforms is kept
+    _fit(clone)
+    _on_device(kept, 2, 'the copy, after an assignment on its original')
+    assert third.calls == []
 
 
 @NEEDS_PATCH
