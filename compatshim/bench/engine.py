@@ -38,7 +38,7 @@ from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
-from compatshim.observe.work import WorkCounter
+from compatshim.observe.work import WorkCounter, generators_kept
 from compatshim.shim import api as shim
 
 __all__ = [
@@ -367,19 +367,13 @@ def _seeded(seed: int = 0) -> Iterator[None]:
     """The host's random generators seeded for the block and put back after it: a shuffling dataloader gives every
     run of the same code the same batches, whatever ran before it in the process (a test session), so that work
     counted on them is the same; the caller's own draws go on as they were."""
-    numpy = sys.modules.get('numpy')
-    python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            if numpy is not None:
-                numpy.random.seed(seed)
-            yield
-    finally:
-        random.setstate(python_state)
+    with generators_kept():
+        torch.manual_seed(seed)
+        random.seed(seed)
+        numpy = sys.modules.get('numpy')
         if numpy is not None:
-            numpy.random.set_state(numpy_state)
+            numpy.random.seed(seed)
+        yield
 
 
 @dataclasses.dataclass(frozen=True)

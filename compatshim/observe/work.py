@@ -20,13 +20,13 @@ import functools
 import random
 import sys
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ['Work', 'WorkCounter']
+__all__ = ['Work', 'WorkCounter', 'generators_kept']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,26 +140,33 @@ def _put_back(generator: Any, state: Any) -> None:
 
 
 @contextlib.contextmanager
-def _generators_kept(batch: Any, transform: Any) -> Iterator[None]:
-    """Every random generator a transform may draw from (Python's, numpy's if imported, torch's on the host and on
-    the batch's accelerator, and those the transform object holds) as it was before the block."""
+def generators_kept(devices: Sequence[int] = (), held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
+    """Python's and numpy's (if imported) random generators, torch's on the host and on the cuda ``devices``, and the
+    ``(generator, state)`` pairs of ``held``, as they were before the block, whatever it drew."""
     import torch
-    from torch.utils._pytree import tree_flatten
 
-    leaves = tree_flatten(batch)[0]
-    devices = sorted({t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.is_cuda})
     numpy = sys.modules.get('numpy')
     python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
-    own = _own_generators(transform)
     try:
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=list(devices)):
             yield
     finally:
         random.setstate(python_state)
         if numpy is not None:
             numpy.random.set_state(numpy_state)
-        for generator, state in own:
+        for generator, state in held:
             _put_back(generator, state)
+
+
+def _generators_kept(batch: Any, transform: Any) -> contextlib.AbstractContextManager[None]:
+    """Every random generator a transform may draw from (Python's, numpy's, torch's on the host and on the batch's
+    accelerator, and those the transform object holds) as it was before the block."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves = tree_flatten(batch)[0]
+    devices = sorted({t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.is_cuda})
+    return generators_kept(devices, _own_generators(transform))
 
 
 def _storage(tensor: torch.Tensor) -> Optional[int]:
