@@ -160,16 +160,12 @@ class BatchHook:
 
     def _follow_the_attribute(self) -> None:
         """0.27+: the DataSpec's ``device_transforms`` (in its own ``__dict__``) is the transform; one assigned while
-        the shim was off is the one that runs once it is on again."""
-        held = vars(self.owner).get('device_transforms') if self.owner is not None else self.given
-        if held is self.given or not (held is None or callable(held)):
+        the shim was off is placed (``follow``) once the shim is on again."""
+        if self.follow is None or self.owner is None:
             return
-        if self.follow is not None:
+        held = vars(self.owner).get('device_transforms')
+        if held is not self.given and (held is None or callable(held)):
             self.follow(self.owner, held)
-            return
-        self.given = self.transform = held
-        if self.micro is not None:
-            self.micro.transform = held
 
     def after_move(self, microbatch: Batch) -> Batch:
         """Stage ``microbatch`` on 0.25–0.26: run right after the trainer's device moved a microbatch."""
