@@ -337,7 +337,7 @@ def gate_pipeline(
         code, lines = compare(result, baseline, baselines.compare)
     if baselines.save and code == _exits.OK:
         lines.append(f'saved {store.save(result, baselines.save, replace=True).as_posix()}')
-        shaky = [result.unstable(name) for name in result.legs if result.step_ms(name) and result.unstable(name)]
+        shaky = [why for why in (result.unstable(name) for name in result.legs if result.step_ms(name)) if why]
         if shaky:
             lines.append(
                 f'unstable: {"; ".join(shaky)}. A compare against it judges no timing of those legs (counts and '

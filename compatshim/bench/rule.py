@@ -333,12 +333,12 @@ def _unsteady(source: SampleSource, result: Result, baseline: Any) -> str:
     """Why a timing of ``source``'s legs cannot be judged (``''``: it can): a leg whose rounds were unstable in the
     baseline or in this run (:meth:`Result.unstable`, the table's *(unstable)*), with what to do."""
     for leg in (source.leg, source.partner):
-        if baseline is not None and baseline.unstable(leg):
-            return f'not judged: in the baseline, {baseline.unstable(leg)}; save it again on a quieter runner'
-        if result.unstable(leg):
-            return (
-                f'not judged: in this run, {result.unstable(leg)}; run again on a quieter runner, or with more --rounds'
-            )
+        before = baseline.unstable(leg) if baseline is not None else ''
+        if before:
+            return f'not judged: in the baseline, {before}; save it again on a quieter runner'
+        now = result.unstable(leg)
+        if now:
+            return f'not judged: in this run, {now}; run again on a quieter runner, or with more --rounds'
     return ''
 
 
