@@ -44,15 +44,38 @@ def test_readme_is_a_page_with_the_fix_on_its_first_screen() -> None:
 
 
 def test_the_readme_is_the_users_page_and_the_maintainers_one_link_away() -> None:
-    """README.md is PyPI's page: how to run the project's own matrix and harness, and the words only the glossary
-    defines for it, live in CONTRIBUTING.md (and docs/harness.md), which the README links to."""
+    """README.md is PyPI's page: the words only the glossary defines for the project's own matrix and harness live in
+    CONTRIBUTING.md (and docs/harness.md), which the README links to."""
     readme = (ROOT / 'README.md').read_text()
-    for term in ('tox -p auto', 'tox -m report', '.ci/run', 'strict xfail', 'Python factor', 'GPU kit', '`control`'):
+    for term in ('.ci/run', 'strict xfail', 'Python factor', 'GPU kit', '`control`'):
         assert term not in readme, f'{term!r} is maintainer material: CONTRIBUTING.md'
         assert term in (ROOT / 'CONTRIBUTING.md').read_text(), term
     assert (
         'Contributing: [CONTRIBUTING.md](https://github.com/compatshim/compatshim/blob/main/CONTRIBUTING.md)' in readme
     )
+
+
+def _commands(text: str) -> list[str]:
+    """The commands of a Markdown text's ``bash`` blocks, one a line, comments dropped."""
+    blocks = re.findall(r'```bash\n(.*?)```', text, re.S)
+    return [line.split('#')[0].strip() for block in blocks for line in block.splitlines() if line.split('#')[0].strip()]
+
+
+def test_the_readme_ends_with_the_two_commands_of_a_fresh_clone_and_ci_runs_its_test_command() -> None:
+    """Issue 46: a newcomer finds in the README itself how to set up, run the main job (and where its report lands)
+    and run the tests; CI (``.ci/run``) runs exactly the README's test command, its strictness in the environment."""
+    readme = (ROOT / 'README.md').read_text()
+    last = readme.split('\n## ')[-1]
+    assert last.startswith('From a checkout'), 'the last section of the README'
+    commands = _commands(last)
+    assert commands == ['pip install tox tox-uv', 'tox -m report', 'tox -p auto'], commands
+    assert 'matrix/reports/cpu/' in last
+    tox = (ROOT / 'tox.ini').read_text()
+    assert 'report = ' in tox and 'matrix{/}reports' in tox.split('[testenv:report]')[1]
+    ci = (ROOT / '.ci' / 'run').read_text()
+    runs = [line for line in ci.splitlines() if line.strip().startswith(('tox', 'pip install tox'))]
+    assert runs == ['pip install tox tox-uv', 'tox -p auto'], runs
+    assert re.search(r'^export TOX_SKIP_MISSING_INTERPRETERS=false$', ci, re.M), 'a missing interpreter fails CI'
 
 
 def test_every_page_is_in_the_navigation_and_every_link_of_the_readme_is_there() -> None:
