@@ -70,6 +70,14 @@ class Accelerator:
         """How to make a timing event on it (``None``: a transform is timed in the host's CPU time)."""
         return None
 
+    def following(self, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``transform`` as it runs on :meth:`observable_device`: on the fake accelerator, a tensor it makes on its
+        batch's device (``.to(x.device)``, ``torch.zeros(..., device=x.device)``) is tagged as on the device too, as
+        it would be on a GPU (:func:`compatshim.devices.fake.following_the_tag`); elsewhere ``transform`` itself."""
+        from compatshim.devices.fake import following_the_tag
+
+        return following_the_tag(transform)
+
     def observes(self, device: Any) -> bool:
         """Whether placement and bytes to the device can be observed on Composer ``device``: on the fake accelerator's
         devices, not on plain ``DeviceCPU``, where host and device are one (every batch is on the host, every move a
@@ -111,6 +119,9 @@ class _Cuda(Accelerator):
 
     def observable_device(self) -> Any:
         return self.composer_device()
+
+    def following(self, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        return transform  # a real device: a tensor made on it is on it
 
     def event(self) -> Optional[Callable[[], Any]]:
         import torch

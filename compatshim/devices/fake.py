@@ -3,18 +3,37 @@ Composer."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional
 
 import torch
 from composer.devices import DeviceCPU, DeviceGPU
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
-__all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice']
+__all__ = [
+    'FAKE_DEVICE',
+    'FakeAcceleratorDevice',
+    'FakeAcceleratorTensor',
+    'FakeAutoMicrobatchDevice',
+    'following_the_tag',
+]
+
+#: What ``x.device`` is for a tensor on the fake accelerator: the host's device (``== torch.device('cpu')``), as one
+#: object, so that :func:`following_the_tag` knows a tensor made on ``x.device`` from one made on the host.
+FAKE_DEVICE = torch.device('cpu')
 
 
 class FakeAcceleratorTensor(torch.Tensor):
-    """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag."""
+    """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag (``.to(x)``,
+    ``torch.empty_like(x)``, ``x.new_tensor(...)``, ``x.new_zeros(...)`` included); a tensor made on ``x.device``
+    without it (``y.to(x.device)``, ``torch.zeros(..., device=x.device)``) keeps it under :func:`following_the_tag`."""
 
     _compatshim_on_accelerator = True  # what compatshim.observe.recorder.is_on_device looks for
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]  # torch's is a C attribute; the same value here
+        return FAKE_DEVICE
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
@@ -39,6 +58,36 @@ class FakeAcceleratorTensor(torch.Tensor):
     def __repr__(self, **kwargs: Any) -> str:  # type: ignore[override]
         with torch._C.DisableTorchFunctionSubclass():
             return f'FakeAccelerator{torch.Tensor.__repr__(self, **kwargs)}'  # type: ignore[no-untyped-call]
+
+
+class _FollowsTheTag(TorchFunctionMode):
+    """Tags what a torch call makes on :data:`FAKE_DEVICE` (given as ``device=`` or as an argument, as ``.to`` takes
+    it) as on the fake accelerator."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if kwargs.get('device') is FAKE_DEVICE or any(arg is FAKE_DEVICE for arg in args):
+            return tree_map(lambda t: _tagged(t) if isinstance(t, torch.Tensor) else t, out)
+        return out
+
+
+def _tagged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if isinstance(tensor, FakeAcceleratorTensor) else tensor.as_subclass(FakeAcceleratorTensor)
+
+
+def following_the_tag(transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``transform``, run so that a tensor it makes on its batch's device (``y.to(x.device)``, ``torch.zeros(...,
+    device=x.device)``, where ``x`` is on the fake accelerator) is on the fake accelerator too, as it would be on a GPU,
+    instead of a host tensor whose next move to the device counts as bytes that crossed. ``x.device`` read once and
+    rebuilt (``torch.device(str(x.device))``) is the host's: the tag follows the object."""
+
+    @functools.wraps(transform)
+    def follows(batch: Any) -> Any:
+        with _FollowsTheTag():
+            return transform(batch)
+
+    return follows
 
 
 def _to_fake(tensor: torch.Tensor) -> torch.Tensor:

@@ -64,3 +64,27 @@ def test_copy_and_pickle_keep_the_tag() -> None:
     x = FakeAcceleratorDevice().tensor_to_device(torch.ones(3))
     for clone in (copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
         assert is_on_device(clone) and torch.equal(clone.cpu(), torch.ones(3))
+
+
+def test_the_tag_follows_a_tensor_made_on_x_device() -> None:
+    """Issue 46: a transform that rebuilt a tensor with ``.to(x.device)`` lost the tag, and shim-batch reported 393 KB
+    of float32 "to the device" that would not cross on a GPU. A result of ``x`` keeps the tag; a tensor made on
+    ``x.device`` keeps it under ``following_the_tag`` (what the bench's checked legs run), a host tensor does not."""
+    from compatshim.devices.fake import following_the_tag
+
+    x = FakeAcceleratorDevice().tensor_to_device(torch.ones(2, 3))
+    assert x.device == torch.device('cpu') and str(x.device) == 'cpu'
+    for kept in (x.to(x.device), torch.empty_like(x), x.new_tensor([1.0]), x.new_zeros(3), torch.zeros_like(x)):
+        assert is_on_device(kept), type(kept)
+
+    def made_on_x_device(x: torch.Tensor) -> list[torch.Tensor]:
+        return [
+            torch.ones(2).to(x.device),
+            torch.ones(2).to(device=x.device),
+            torch.zeros(2, device=x.device),
+            torch.from_numpy(x.numpy()).to(x.device),
+        ]
+
+    assert not any(is_on_device(t) for t in made_on_x_device(x))
+    assert all(is_on_device(t) for t in following_the_tag(made_on_x_device)(x))
+    assert not is_on_device(following_the_tag(lambda x: torch.ones(2).to('cpu'))(x))
