@@ -38,8 +38,9 @@ from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
-from compatshim.observe.work import WorkCounter, generators_kept
+from compatshim.observe.work import Generators, WorkCounter, generators_kept, held_by
 from compatshim.shim import api as shim
+from compatshim.shim import notes
 
 __all__ = [
     'SIZES',
@@ -186,6 +187,8 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
         if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
             arguments['data_transfer_stage'] = leg.stage
         spec = DataSpec(loader, **arguments)
+    if not leg.stage:  # a leg without the shim: Composer's own, also while the shim is on for the others
+        notes.leave_to_composer(spec)
     model = copy.deepcopy(pipeline.model) if pipeline.model is not None else _consumer()
     return Trainer(
         model=model,
@@ -229,10 +232,13 @@ def check(
     session: Session, pipeline: Pipeline, names: list[str], loader: Callable[[Leg], Any], samples: int
 ) -> dict[str, LegResult]:
     """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
-    what the monitor saw of them (or why the leg cannot run)."""
+    what the monitor saw of them (or why the leg cannot run). Each leg's steps start from the same random state (every
+    generator, the transform's own included, put back as it was before the first leg), so that a transform whose work
+    depends on its draws draws, and counts, the same on every leg at one stage."""
     from compatshim.monitor import TransformMonitor
 
     family, out = family_of(session.composer), {}
+    start = Generators(held_by(pipeline.transform))
     for name in names:
         leg = LEGS[name]
         absent = leg.absent_on(family)
@@ -240,7 +246,7 @@ def check(
             out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
         counter = WorkCounter(pipeline.transform)  # the transform's work, counted in these untimed steps alone
-        monitor, tap = TransformMonitor(), Tap(counter)
+        monitor, tap = TransformMonitor(), Tap(session.on.following(counter))
         with quiet():
             try:
                 device = session.on.observable_device()
@@ -249,6 +255,7 @@ def check(
                 out[name] = LegResult(leg.description, Missing(Cause.REJECTED, first_line(exc)))
                 continue
             try:  # the shim on, as in the timed rounds: every leg's DataSpec was built in its leg's state
+                start.put_back()  # after the Trainer seeded: each leg draws from the same state
                 with shim_state(''):
                     trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
@@ -364,9 +371,10 @@ def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) 
 
 @contextlib.contextmanager
 def _seeded(seed: int = 0) -> Iterator[None]:
-    """The host's random generators seeded for the block and put back after it: a shuffling dataloader gives every
-    run of the same code the same batches, whatever ran before it in the process (a test session), so that work
-    counted on them is the same; the caller's own draws go on as they were."""
+    """The random generators seeded for the block and put back after it (Python's, numpy's, torch's on the host and on
+    every cuda and mps device: :class:`~compatshim.observe.work.Generators`): a shuffling dataloader gives every run of
+    the same code the same batches, whatever ran before it in the process (a test session), so that work counted on
+    them is the same; the caller's own draws, on every device, go on as they were."""
     with generators_kept():
         torch.manual_seed(seed)
         random.seed(seed)
@@ -418,7 +426,14 @@ def measure(
             return Windows(shared, steps)
         return Windows(Source(ceiling[0 if observed else 1]), steps)
 
-    checked = check(session, pipeline, names, lambda leg: epoch(leg, CHECK_STEPS, True), samples)
+    first = [shared.next() for _ in range(CHECK_STEPS)]  # every leg's check steps: the same batches, a copy each
+
+    def checked_epoch(leg: Leg) -> Windows:
+        if leg.argument or ceiling is None:
+            return Windows(Source(_copied(first)), CHECK_STEPS)
+        return epoch(leg, CHECK_STEPS, True)
+
+    checked = check(session, pipeline, names, checked_epoch, samples)
     if 'ceiling' in checked and not checked['ceiling'].available:
         raise ValueError(
             'the ceiling leg (your model on batches already transformed, as every leg feeds it) raised '
@@ -435,6 +450,15 @@ def measure(
         session.say(f'{len(timings)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
         time_rounds(session, timings, schedule)
     return {name: timings[name].result(measured) if name in timings else measured for name, measured in checked.items()}
+
+
+def _copied(batches: list[Any]) -> list[Any]:
+    """A copy of ``batches`` a leg may change (a transform in place on the host); as they are where one cannot be
+    copied."""
+    try:
+        return copy.deepcopy(batches)
+    except Exception:  # noqa: BLE001 - a batch that holds what cannot be copied (a handle): shared, as before
+        return list(batches)
 
 
 def _window(timing: Timing, accelerator: Accelerator, clock: Callable[[], float]) -> float:

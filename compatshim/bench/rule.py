@@ -251,7 +251,8 @@ class WorkDone(Kind):
     """A leg's transform's work per call (ops, bytes written, FLOPs: counted, not timed), against its baseline's on the
     same torch and Composer exactly: more of any count is a regression, less of one and more of none an improvement
     (the baseline is stale); across a torch or Composer upgrade a change is reported with the versions, never judged
-    (torch may decompose an op differently)."""
+    (torch may decompose an op differently); where the work leaves torch (numpy, Python lists: not fully counted, now
+    or in the baseline) a change is *inconclusive*, never an improvement: the counts cannot see the rest."""
 
     name, unit, holds = 'work', ' B/call', 'only the code: a count (and the torch release, which is said)'
     sentence = "a transform's work per call (ops, bytes written, FLOPs) above its baseline's on the same torch"
@@ -273,6 +274,15 @@ class WorkDone(Kind):
                 f'{on_before} -> {on_now}: '
                 + ('; '.join(changed) or 'the same work')
                 + ' (not judged: another release)'
+            )
+        elif not (old.fully_counted and new.fully_counted) and (changed or old.outside != new.outside):
+            outside = new.outside_text() or old.outside_text()
+            when = 'now' if new.outside else 'in the baseline'
+            moved = '; '.join(changed) or f'where it leaves torch: {old.outside_text() or "nowhere"} -> {outside}'
+            outcome = Outcome.INCONCLUSIVE
+            reason = (
+                f'{moved} (not judged: its work left torch {when}, through {outside}, which the counts cannot see; '
+                'less counted work may be work moved out of torch, never an improvement by counts)'
             )
         elif not changed:
             outcome, reason = Outcome.OK, 'the same work'

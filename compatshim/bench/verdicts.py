@@ -12,7 +12,17 @@ from typing import Optional
 from compatshim.bench.results import PipelineResult
 from compatshim.observe.placement import Placement, Word
 
-__all__ = ['AS_FAST_WITHIN', 'VERDICT_ROUNDS', 'VERDICT_RULE', 'WAIT_LIMIT', 'Comparison', 'Told', 'tell', 'verdicts']
+__all__ = [
+    'AS_FAST_WITHIN',
+    'VERDICT_ROUNDS',
+    'VERDICT_RULE',
+    'WAIT_LIMIT',
+    'Comparison',
+    'Told',
+    'partly_counted',
+    'tell',
+    'verdicts',
+]
 
 #: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
 #: plugin advises more dataloader workers above 5%).
@@ -94,6 +104,21 @@ def _words(compared: Comparison, other: str) -> str:
     return f'x{1 / factor:.2f} slower than {other} ({compared.rounds(slower=True)})'
 
 
+def partly_counted(result: PipelineResult) -> list[str]:
+    """The transform named where its work left torch in a leg (numpy, Python lists): its counts are not all of its
+    work, so a change in them is reported, never judged (an improvement included)."""
+    legs = [name for name, measured in result.legs.items() if measured.work is not None and measured.work.outside]
+    if not legs:
+        return []
+    work = result.legs[legs[0]].work
+    assert work is not None
+    return [
+        f'work: the transform of {result.pipeline} is not fully counted — its work leaves torch through '
+        f'{work.outside_text()} ({", ".join(legs)}), which the counts cannot see: a change in its counts is '
+        'reported, never judged (not as an improvement either)'
+    ]
+
+
 def verdicts(result: PipelineResult) -> list[str]:
     """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound: each by
     :data:`VERDICT_RULE` (:func:`tell`), with the figures it read, and why where it cannot tell."""
@@ -108,6 +133,7 @@ def verdicts(result: PipelineResult) -> list[str]:
         )
     if not result.affected:
         out.append('the shim: this release runs device_transforms on the device itself; the shim patches nothing')
+    out += partly_counted(result)
     rounds = result.fingerprint['size']['rounds']
     if rounds < VERDICT_ROUNDS:
         return out + [

@@ -5,8 +5,10 @@ heavier transform shows on every runner, every time (docs/pipeline.md, "Work").
 :class:`WorkCounter` wraps a transform: each call runs under a ``TorchDispatchMode`` (and torch's
 ``FlopCounterMode``) on a plain copy of the batch, with the random generators put back, before the real call:
 nothing is timed, and the work is done twice, so it is used only in untimed steps. A view writes nothing; an
-in-place op writes its output; a new tensor is written once. :class:`Work` (the record) imports nothing heavy;
-counting imports torch.
+in-place op writes its output; a new tensor is written once. Work that leaves torch (tensor data handed to numpy or
+to Python lists, or a numpy array handed to torch) is not seen by the dispatcher: such a call is marked *not fully
+counted* (:attr:`Work.outside`), never silently counted as nothing. :class:`Work` (the record) imports nothing
+heavy; counting imports torch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 if TYPE_CHECKING:
     import torch
 
-__all__ = ['Work', 'WorkCounter', 'generators_kept']
+__all__ = ['Generators', 'Work', 'WorkCounter', 'generators_kept', 'held_by']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +41,26 @@ class Work:
         ops: Torch operations dispatched per call.
         bytes_by_dtype: Bytes written per call, by dtype (``uint8``, ``float32``, ...).
         flops: FLOPs per call, where torch counts them (matmuls, convolutions; 0 for elementwise work).
+        outside: Where tensor data left torch or came into it from outside, elements per call by route
+            (``Tensor.numpy``, ``Tensor.tolist``, ``Tensor.__array__``, ``torch.from_numpy``, ``numpy array into
+            torch.tensor``, ...): work done there is not counted. Empty: the work is fully counted.
     """
 
     calls: int
     ops: float
     bytes_by_dtype: Mapping[str, float]
     flops: float
+    outside: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def fully_counted(self) -> bool:
+        """Whether all of the work went through torch's dispatcher (no data left torch or came in from numpy)."""
+        return not self.outside
+
+    def outside_text(self) -> str:
+        """``Tensor.numpy 30,720 elements per call`` (``''``: fully counted)."""
+        routes = ', '.join(f'{route} {n:,.0f}' for route, n in sorted(self.outside.items(), key=lambda i: -i[1]))
+        return f'{routes} elements per call' if routes else ''
 
     @property
     def bytes(self) -> float:
@@ -52,58 +68,108 @@ class Work:
         return float(sum(self.bytes_by_dtype.values()))
 
     def to_json(self) -> dict[str, Any]:
-        return {'calls': self.calls, 'ops': self.ops, 'bytes_by_dtype': dict(self.bytes_by_dtype), 'flops': self.flops}
+        counted = {
+            'calls': self.calls,
+            'ops': self.ops,
+            'bytes_by_dtype': dict(self.bytes_by_dtype),
+            'flops': self.flops,
+        }
+        return {**counted, 'outside': dict(self.outside)} if self.outside else counted  # outside: optional, added later
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Work:
-        return cls(int(data['calls']), float(data['ops']), dict(data['bytes_by_dtype']), float(data['flops']))
+        outside = {route: float(n) for route, n in dict(data.get('outside') or {}).items()}
+        return cls(int(data['calls']), float(data['ops']), dict(data['bytes_by_dtype']), float(data['flops']), outside)
 
     def text(self) -> str:
-        """``12 ops, 3,465,424 B (float32 3,145,728, uint8 319,696), 0 FLOPs per call``."""
+        """``12 ops, 3,465,424 B (float32 3,145,728, uint8 319,696), 0 FLOPs per call``, and where the work left torch
+        (``; not fully counted: work left torch through Tensor.numpy 30,720 elements per call``)."""
         dtypes = ', '.join(f'{dtype} {n:,.0f}' for dtype, n in sorted(self.bytes_by_dtype.items(), key=lambda i: -i[1]))
-        return f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
+        counted = f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
+        return counted + (f'; not fully counted: work left torch through {self.outside_text()}' if self.outside else '')
 
 
 def _own_generators(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
     """The generators a transform holds (``torch.Generator``, ``random.Random``, numpy's), with their states: among its
-    attributes, and theirs (a wrapper, a ``Compose`` of transforms, a ``functools.partial``), ``depth`` levels deep. A
-    transform that draws from its own generator then draws the same in the real call too."""
+    attributes, and theirs (a wrapper, a ``Compose`` of transforms, a ``functools.partial``'s function and arguments,
+    a bound method's object, a decorator's ``__wrapped__``, a closure's cells), ``depth`` levels deep; and those held
+    at the top level of the modules that define what it reaches (a module-level ``RNG = numpy.random.default_rng(0)``).
+    A transform that draws from its own generator then draws the same in the real call too."""
     import torch
 
     held: list[tuple[Any, Any]] = []
     seen: set[int] = set()
+    modules: dict[str, Mapping[str, Any]] = {}
+
+    def generator(value: Any) -> Optional[tuple[Any, Any]]:
+        if isinstance(value, torch.Generator):
+            return value, value.get_state()
+        if isinstance(value, random.Random):
+            return value, value.getstate()
+        numpy = sys.modules.get('numpy')
+        if numpy is None:
+            return None
+        if isinstance(value, numpy.random.Generator):
+            return value.bit_generator, value.bit_generator.state
+        if isinstance(value, numpy.random.RandomState):
+            return value, value.get_state()
+        return None
 
     def visit(value: Any, left: int) -> None:
         if id(value) in seen or len(seen) > 256 or isinstance(value, (type, types.ModuleType, torch.Tensor)):
             return
         seen.add(id(value))
-        if isinstance(value, torch.Generator):
-            held.append((value, value.get_state()))
-        elif isinstance(value, random.Random):
-            held.append((value, value.getstate()))
-        elif hasattr(value, 'bit_generator'):  # numpy.random.Generator
-            held.append((value.bit_generator, value.bit_generator.state))
-        elif hasattr(value, 'get_state') and hasattr(value, 'set_state') and hasattr(value, 'randint'):
-            held.append((value, value.get_state()))  # numpy.random.RandomState
-        elif left > 0:
+        found = generator(value)
+        if found is not None:
+            held.append(found)
+            return
+        defined_in = getattr(value, '__globals__', None)  # a function: its module's namespace
+        if isinstance(defined_in, dict):
+            modules.setdefault(str(defined_in.get('__name__')), defined_in)
+        elif hasattr(value, '__dict__') and not callable(getattr(value, '__func__', None)):
+            module = sys.modules.get(type(value).__module__)  # an object of a class: the class's module
+            if module is not None and type(value).__module__ not in ('builtins', 'functools'):
+                modules.setdefault(module.__name__, vars(module))
+        if left > 0:
             for item in _inside(value):
                 visit(item, left - 1)
 
     visit(transform, depth)
+    known = {id(g) for g, _ in held}
+    for namespace in list(modules.values()):  # module-level generators: the module's own names, one level
+        for value in list(namespace.values()):
+            found = None if isinstance(value, (type, types.ModuleType)) else generator(value)
+            if found is not None and id(found[0]) not in known:
+                known.add(id(found[0]))
+                held.append(found)
     return held
 
 
 def _inside(value: Any) -> list[Any]:
     """What a transform's attribute holds that may hold a generator: a list's or a dict's items, an object's
-    attributes, a ``functools.partial``'s function and arguments."""
-    if isinstance(value, (list, tuple)):
+    attributes, a ``functools.partial``'s function and arguments, a bound method's object and function, what a
+    decorator wraps (``__wrapped__``), a closure's cells."""
+    if isinstance(value, (list, tuple, set, frozenset)):
         return list(value)
     if isinstance(value, dict):
         return list(value.values())
     if isinstance(value, functools.partial):
         return [value.func, *value.args, *value.keywords.values()]
-    cells = [cell.cell_contents for cell in getattr(value, '__closure__', None) or () if _filled(cell)]
-    return cells + (list(vars(value).values()) if hasattr(value, '__dict__') else [])
+    found = []
+    for name in ('__self__', '__func__', '__wrapped__'):  # a bound method, a decorated function
+        try:
+            inner = getattr(value, name, None)
+        except Exception:  # noqa: BLE001 - an object's own __getattr__ may raise anything
+            inner = None
+        if inner is not None and not isinstance(inner, types.ModuleType):  # a builtin's __self__ is its module
+            found.append(inner)
+    found += [cell.cell_contents for cell in getattr(value, '__closure__', None) or () if _filled(cell)]
+    if not isinstance(value, (types.MethodType, types.BuiltinMethodType)):  # a method's __dict__ is its function's
+        try:
+            found += list(vars(value).values())
+        except TypeError:  # no __dict__
+            pass
+    return found
 
 
 def _filled(cell: Any) -> bool:
@@ -139,34 +205,62 @@ def _put_back(generator: Any, state: Any) -> None:
         generator.state = state
 
 
-@contextlib.contextmanager
-def generators_kept(devices: Sequence[int] = (), held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
-    """Python's and numpy's (if imported) random generators, torch's on the host and on the cuda ``devices``, and the
-    ``(generator, state)`` pairs of ``held``, as they were before the block, whatever it drew."""
+def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
+    """torch's random generators as they are, each with what puts it back: the host's, every cuda device's and the mps
+    one's, where torch has them here (asking for cuda's initialises cuda, as ``torch.random.fork_rng`` does)."""
     import torch
 
-    numpy = sys.modules.get('numpy')
-    python_state, numpy_state = random.getstate(), numpy.random.get_state() if numpy is not None else None
-    try:
-        with torch.random.fork_rng(devices=list(devices)):
-            yield
-    finally:
-        random.setstate(python_state)
-        if numpy is not None:
-            numpy.random.set_state(numpy_state)
-        for generator, state in held:
+    states: list[tuple[str, Callable[[Any], None], Any]] = [('cpu', torch.set_rng_state, torch.get_rng_state())]
+    if torch.cuda.is_available():
+        states.append(('cuda', torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all()))
+    mps = getattr(torch.backends, 'mps', None)
+    if mps is not None and mps.is_available():
+        states.append(('mps', torch.mps.set_rng_state, torch.mps.get_rng_state()))
+    return states
+
+
+class Generators:
+    """Every random generator's state now, to put back (:meth:`put_back`, as often as asked): Python's, numpy's global
+    one (if numpy is imported), torch's on the host and on every cuda and mps device torch has here, and the
+    ``(generator, state)`` pairs of ``held`` (those a transform holds: :func:`held_by`)."""
+
+    def __init__(self, held: Sequence[tuple[Any, Any]] = ()) -> None:
+        numpy = sys.modules.get('numpy')
+        self.python = random.getstate()
+        self.numpy = (numpy, numpy.random.get_state()) if numpy is not None else None
+        self.torch = _torch_states()
+        self.held = list(held)
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices whose torch generators are kept (``cpu`` always; ``cuda``, ``mps`` where present)."""
+        return [device for device, _, _ in self.torch]
+
+    def put_back(self) -> None:
+        random.setstate(self.python)
+        if self.numpy is not None:
+            self.numpy[0].random.set_state(self.numpy[1])
+        for _, put, state in self.torch:
+            put(state)
+        for generator, state in self.held:
             _put_back(generator, state)
 
 
-def _generators_kept(batch: Any, transform: Any) -> contextlib.AbstractContextManager[None]:
-    """Every random generator a transform may draw from (Python's, numpy's, torch's on the host and on the batch's
-    accelerator, and those the transform object holds) as it was before the block."""
-    import torch
-    from torch.utils._pytree import tree_flatten
+def held_by(transform: Any) -> list[tuple[Any, Any]]:
+    """The generators ``transform`` holds, with their states now (its attributes, its bound method's object, what it
+    wraps, its closure, its module's own generators: ``_own_generators``)."""
+    return _own_generators(transform)
 
-    leaves = tree_flatten(batch)[0]
-    devices = sorted({t.device.index or 0 for t in leaves if isinstance(t, torch.Tensor) and t.is_cuda})
-    return generators_kept(devices, _own_generators(transform))
+
+@contextlib.contextmanager
+def generators_kept(held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
+    """Every random generator (:class:`Generators`: Python's, numpy's, torch's on the host and on every cuda and mps
+    device, and the ``(generator, state)`` pairs of ``held``) as it was before the block, whatever it drew."""
+    kept = Generators(held)
+    try:
+        yield
+    finally:
+        kept.put_back()
 
 
 def _storage(tensor: torch.Tensor) -> Optional[int]:
@@ -185,14 +279,18 @@ def _dispatch_counter() -> type:
     from torch.utils._pytree import tree_flatten
 
     class Dispatches(TorchDispatchMode):  # type: ignore[no-untyped-call]  # an untyped base
-        def __init__(self) -> None:
+        def __init__(self, crossings: Any) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.ops = 0
             self.bytes: collections.Counter[str] = collections.Counter()
+            self.crossings = crossings
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             self.ops += 1
+            if func is torch.ops.aten.lift_fresh.default and not self.crossings.depth and out.numel() > 1:
+                # a tensor made from outside data by no torch function the crossings saw: torch.from_numpy
+                self.crossings.elements['torch.from_numpy'] += out.numel()
             inputs = {_storage(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
             returns = func._schema.returns
             for index, tensor in enumerate(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)):
@@ -203,6 +301,45 @@ def _dispatch_counter() -> type:
             return out
 
     return Dispatches
+
+
+#: Tensor methods that hand a tensor's data out of torch (to numpy, to Python lists).
+EXPORTS = ('numpy', 'tolist', '__array__')
+
+
+@functools.cache
+def _crossing_watch() -> type:
+    """A ``TorchFunctionMode`` that notes tensor data leaving torch (:data:`EXPORTS`) and numpy arrays handed to torch
+    (an argument of any torch function or tensor method), in elements by route, a single element (``.item()``, a
+    random parameter) excepted; ``depth`` is non-zero while it runs a torch function."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Crossings(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.elements: collections.Counter[str] = collections.Counter()
+            self.depth = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, '__name__', '')
+            owner = 'Tensor' if getattr(func, '__qualname__', '').startswith(('Tensor', '_TensorBase')) else 'torch'
+            if name in EXPORTS and args and isinstance(args[0], torch.Tensor) and args[0].numel() > 1:
+                self.elements[f'Tensor.{name}'] += args[0].numel()
+            numpy = sys.modules.get('numpy')
+            if numpy is not None:
+                for value in (*args, *kwargs.values()):
+                    for item in value if isinstance(value, (list, tuple)) else (value,):
+                        if isinstance(item, numpy.ndarray) and item.size > 1:
+                            self.elements[f'numpy array into {owner}.{name}'] += int(item.size)
+            self.depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.depth -= 1
+
+    return Crossings
 
 
 class WorkCounter:
@@ -220,6 +357,7 @@ class WorkCounter:
         self.ops = 0
         self.flops = 0
         self.bytes: collections.Counter[str] = collections.Counter()
+        self.outside: collections.Counter[str] = collections.Counter()
 
     def __call__(self, batch: Any) -> Any:
         if self.failed is None:
@@ -236,18 +374,21 @@ class WorkCounter:
         from torch.utils._pytree import tree_map
         from torch.utils.flop_counter import FlopCounterMode
 
-        dispatches, flops = _dispatch_counter()(), FlopCounterMode(display=False)
+        crossings = _crossing_watch()()
+        dispatches, flops = _dispatch_counter()(crossings), FlopCounterMode(display=False)
         plain = tree_map(_plain_copy, batch)
-        with _generators_kept(plain, self.transform), flops, dispatches:
+        with generators_kept(_own_generators(self.transform)), flops, dispatches, crossings:
             self.transform(plain)
         self.calls += 1
         self.ops += dispatches.ops
         self.bytes.update(dispatches.bytes)
         self.flops += int(flops.get_total_flops())
+        self.outside.update(crossings.elements)
 
     def work(self) -> Optional[Work]:
         """The work per call so far (``None``: never called)."""
         if not self.calls:
             return None
         per_call = {dtype: n / self.calls for dtype, n in self.bytes.items() if n}
-        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls)
+        outside = {route: n / self.calls for route, n in self.outside.items() if n}
+        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls, outside)

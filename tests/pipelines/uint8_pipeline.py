@@ -4,7 +4,9 @@ cropped on the device, as MosaicML's ImageNet recipe does.
 
 The tests plant regressions through the environment: ``PIPELINE_SLOWER=N`` makes the transform do its work N times
 (``2``: 2x slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the
-bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% more work).
+bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% more work). ``PIPELINE_MASKS``
+adds a flip per sample, its masks drawn by torch (``torch``) or by numpy (``numpy``: work torch cannot count), or a
+flip of the whole batch with probability one half (``coin``: work that depends on the draws).
 """
 
 import os
@@ -30,6 +32,11 @@ class Normalize:
     def __init__(self, repeat=1):
         self.repeat = repeat
         self.gen = torch.Generator().manual_seed(0)
+        self.masks = os.environ.get('PIPELINE_MASKS', '')
+        if self.masks == 'numpy':
+            import numpy
+
+            self.state = numpy.random.RandomState(0)
 
     def __call__(self, batch):
         x, y = batch
@@ -41,6 +48,12 @@ class Normalize:
             out = torch.nn.functional.avg_pool2d(out, 3, stride=1, padding=1)
             if os.environ.get('PIPELINE_HEAVIER') == '1':
                 out[: max(1, len(out) // 10)].mul_(1.0)
+            if self.masks in ('torch', 'numpy'):
+                drawn = torch.rand(len(out), generator=self.gen) if self.masks == 'torch' else self.state.rand(len(out))
+                flip = torch.as_tensor(drawn < 0.5).to(out.device)[:, None, None, None]
+                out = torch.where(flip, out.flip(-1), out)
+            elif self.masks == 'coin' and torch.rand((), generator=self.gen) < 0.5:
+                out = out.flip(-1) + 0
         return out, y
 
 

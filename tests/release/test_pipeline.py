@@ -36,7 +36,7 @@ def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / name).write_text((PIPELINES / name).read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for variable in ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'COMPATSHIM_DISABLE'):
+    for variable in ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'COMPATSHIM_DISABLE'):
         monkeypatch.delenv(variable, raising=False)
     return tmp_path
 
@@ -144,6 +144,39 @@ def test_a_heavier_transform_fails_the_compare_on_its_work_exactly(
         for leg in ran:
             line = next(line for line in out.splitlines() if f'REGRESSION {SPEC} {leg}: work per call' in line)
             assert 'more work per call: ops' in line and 'bytes' in line and ' -> ' in line, line
+
+
+def test_a_draw_dependent_transform_counts_the_same_on_every_leg_at_one_stage(
+    user_repo: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """Issue 46: a transform that flips with probability one half (its own generator) counted 4 ops on native-batch,
+    4.5 on shim-batch, 4.75 on the microbatch legs: each leg's check steps started from another state. Now each starts
+    from the same state and the same batches."""
+    monkeypatch.setenv('PIPELINE_MASKS', 'coin')
+    code, out, _ = _bench(capsys, '--quick', '--json', 'result.json')
+    assert code == 0, out
+    legs = json.loads((user_repo / 'result.json').read_text())['legs']
+    for stage in ('batch', 'microbatch'):
+        counted = {leg: data['work'] for leg, data in legs.items() if data.get('work') and leg.split('-')[-1] == stage}
+        if stage == 'batch' and legs['unpatched'].get('work'):  # the unpatched leg runs it once per batch
+            counted['unpatched'] = legs['unpatched']['work']
+        assert counted and len({json.dumps(w, sort_keys=True) for w in counted.values()}) == 1, counted
+
+
+def test_work_that_leaves_torch_is_named_and_a_count_change_of_it_is_never_an_improvement(
+    user_repo: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """Issue 46: flip masks drawn by numpy instead of torch counted one op less, and the compare said IMPROVED and
+    exited 0. The run names the transform not fully counted; the compare says the change cannot be judged by counts."""
+    monkeypatch.setenv('PIPELINE_MASKS', 'torch')
+    code, out, _ = _bench(capsys, '--quick', '--save', 'main')
+    assert code == 0 and 'not fully counted' not in out, out
+    monkeypatch.setenv('PIPELINE_MASKS', 'numpy')
+    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    assert f'work: the transform of {SPEC} is not fully counted' in out, out
+    assert 'not fully counted: work left torch through numpy array into torch.as_tensor' in out, out
+    assert 'IMPROVED' not in out and 'not judged: its work left torch now' in out, out
+    assert code != 0 or 'INCONCLUSIVE' in out, out
 
 
 @pytest.mark.runs_in('family:rejected')

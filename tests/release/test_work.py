@@ -167,3 +167,112 @@ def test_generators_in_a_closure_or_a_numpy_random_state_and_a_batch_class_of_on
         return batch
 
     assert WorkCounter(doubles)(Batch()).x.tolist() == [2.0, 2.0]
+
+
+def _draws(transform: Any, calls: int = 4) -> list[float]:
+    return [transform(_batch()).sum().item() for _ in range(calls)]
+
+
+class Augment:
+    """A transform object whose method draws from the object's own generators (torch's, numpy's, Python's)."""
+
+    def __init__(self) -> None:
+        numpy = pytest.importorskip('numpy')
+        self.gen, self.numpy, self.python = (
+            torch.Generator().manual_seed(7),
+            numpy.random.RandomState(7),
+            random.Random(7),
+        )
+
+    def aug(self, batch: torch.Tensor) -> torch.Tensor:
+        drawn = float(torch.rand((), generator=self.gen)) + float(self.numpy.rand()) + self.python.random()
+        return batch.float() * drawn
+
+
+def test_a_bound_methods_generators_are_put_back_so_the_real_call_draws_as_its_uncounted_twin() -> None:
+    """Issue 46: ``WorkCounter(obj.aug)`` found no generator (a method is not its object); the real calls drew 48,
+    667, 280 where the uncounted twin drew 986, 48, 737. Its object, a partial of it and a wrapper's ``__wrapped__``
+    are searched now."""
+    import functools
+
+    twin = _draws(Augment().aug)
+    assert _draws(WorkCounter(Augment().aug)) == twin
+    assert _draws(WorkCounter(functools.partial(lambda fn, b: fn(b), Augment().aug))) == twin
+    held = {'aug': Augment().aug}
+
+    def wrapper(batch: torch.Tensor) -> torch.Tensor:  # holds its transform only through __wrapped__ and a global
+        return held['aug'](batch)
+
+    wrapper.__wrapped__ = held['aug']  # type: ignore[attr-defined]  # as functools.wraps sets it
+    assert _draws(WorkCounter(wrapper)) == twin
+
+
+def test_module_level_generators_of_the_transforms_module_are_put_back(tmp_path: Any, monkeypatch: Any) -> None:
+    numpy = pytest.importorskip('numpy')
+    (tmp_path / 'jitter_module.py').write_text(
+        'import random\nimport numpy\nimport torch\n'
+        'RNG = numpy.random.default_rng(0)\nGEN = torch.Generator().manual_seed(0)\nPY = random.Random(0)\n'
+        'def jitter(batch):\n'
+        '    return batch.float() * (float(RNG.random()) + float(torch.rand((), generator=GEN)) + PY.random())\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import jitter_module
+
+    def fresh() -> None:
+        jitter_module.RNG, jitter_module.PY = numpy.random.default_rng(0), random.Random(0)
+        jitter_module.GEN.manual_seed(0)
+
+    fresh()
+    twin = _draws(jitter_module.jitter)
+    fresh()
+    assert _draws(WorkCounter(jitter_module.jitter)) == twin
+
+
+def test_work_that_leaves_torch_is_marked_not_fully_counted_never_silently_nothing() -> None:
+    """Issue 46: a numpy transform showed "3 ops, 0 B" with no word. Tensor data handed to numpy or Python lists, or
+    a numpy array handed to torch, marks the work not fully counted, with the route and its elements per call; a
+    scalar (``.item()``, ``int()``, a random parameter) does not."""
+    numpy = pytest.importorskip('numpy')
+    state = numpy.random.RandomState(0)
+
+    def in_numpy(batch: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(numpy.ascontiguousarray(batch.numpy()[..., ::-1]))
+
+    def numpy_masks(batch: torch.Tensor) -> torch.Tensor:
+        flip = torch.as_tensor(state.rand(len(batch)) < 0.5)[:, None, None, None]
+        return torch.where(flip, batch.flip(-1), batch)
+
+    def python_loop(batch: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([255 - v for v in batch.reshape(-1).tolist()], dtype=torch.uint8).reshape(batch.shape)
+
+    elements = 10 * 3 * 32 * 32
+    assert _count(in_numpy).outside == {'Tensor.numpy': elements, 'torch.from_numpy': elements}
+    assert _count(numpy_masks).outside == {'numpy array into torch.as_tensor': 10}
+    assert _count(python_loop).outside == {'Tensor.tolist': elements}
+    for fully in (crop_flip_normalise, coin):
+        assert _count(fully).fully_counted
+    work = _count(in_numpy)
+    assert not work.fully_counted and 'not fully counted: work left torch through Tensor.numpy 30,720' in work.text()
+    assert Work.from_json(work.to_json()) == work
+    older = {k: v for k, v in work.to_json().items() if k != 'outside'}  # a result written before the field
+    assert Work.from_json(older).fully_counted and 'outside' not in _count(crop_flip_normalise).to_json()
+
+
+def test_the_generators_kept_are_every_devices_torch_has_here() -> None:
+    """Issue 46: the bench's seeding kept only the host's torch generator; cuda's and mps's are kept with it."""
+    from compatshim.observe.work import Generators, generators_kept
+
+    expected = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+    expected += ['mps'] if torch.backends.mps.is_available() else []
+    assert Generators().devices == expected
+    before = torch.get_rng_state()
+    with generators_kept():
+        torch.manual_seed(0)
+        torch.rand(3)
+    assert torch.equal(torch.get_rng_state(), before)
+    if torch.cuda.is_available():
+        on_cuda = torch.cuda.get_rng_state_all()
+        with generators_kept():
+            torch.manual_seed(0)
+            torch.rand(3, device='cuda')
+        assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), on_cuda))

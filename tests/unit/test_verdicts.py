@@ -150,3 +150,35 @@ def test_every_run_made_of_two_runs_rounds_gives_the_same_words() -> None:
     assert len(pool) == 16
     for rounds in itertools.combinations(pool, 8):
         assert tuple(_words(_runs_of(recorded, list(rounds)))) == said, rounds
+
+
+def test_a_count_change_of_work_that_leaves_torch_is_never_an_improvement() -> None:
+    """Issue 46: flip masks drawn by numpy instead of torch counted an op less (12 -> 11) and the compare said
+    IMPROVED, exit 0. Where the work leaves torch, now or in the baseline, a change is inconclusive, saying why; the
+    verdicts name the transform as not fully counted."""
+    from compatshim.bench import rule
+    from compatshim.bench.verdicts import partly_counted
+    from compatshim.observe.work import Work
+
+    on = 'torch 2.7.0, Composer 0.32.1'
+    torch_masks = Work(2, 12.0, {'float32': 1000.0}, 0.0)
+    numpy_masks = Work(2, 11.0, {'float32': 1000.0}, 0.0, {'numpy array into torch.as_tensor': 32.0})
+    for before, now in ((torch_masks, numpy_masks), (numpy_masks, Work(2, 10.0, {'float32': 900.0}, 0.0))):
+        judged = rule.WORK.judge('shim-batch: work per call', [(now, on)], [(before, on)])
+        assert judged.outcome is rule.Outcome.INCONCLUSIVE, judged
+        assert 'not judged: its work left torch' in judged.reason and 'never an improvement' in judged.reason
+    same = rule.WORK.judge('w', [(numpy_masks, on)], [(numpy_masks, on)])
+    assert same.outcome is rule.Outcome.OK
+    more_outside = Work(2, 11.0, {'float32': 1000.0}, 0.0, {'numpy array into torch.as_tensor': 64.0})
+    assert rule.WORK.judge('w', [(more_outside, on)], [(numpy_masks, on)]).outcome is rule.Outcome.INCONCLUSIVE
+    fewer = Work(2, 11.0, {'float32': 1000.0}, 0.0)
+    assert rule.WORK.judge('w', [(fewer, on)], [(torch_masks, on)]).outcome is rule.Outcome.IMPROVED  # all counted
+    result = PipelineResult.from_json(
+        json.loads(next((Path(__file__).parents[1] / 'data' / 'pipeline').glob('*.json')).read_text())
+    )
+    assert partly_counted(result) == []
+    name = next(name for name, leg in result.legs.items() if leg.available)
+    result.legs[name].work = numpy_masks
+    said = partly_counted(result)
+    assert said and f'the transform of {result.pipeline} is not fully counted' in said[0] and name in said[0], said
+    assert said[0] in verdicts(result)
