@@ -32,10 +32,11 @@ class UnexpectedComposerShapeError(CompatShimError):
 
 
 class TransformResultError(CompatShimError, TypeError):
-    """A ``device_transforms`` returned ``None`` or a batch of another structure than it was given.
+    """At stage batch, a ``device_transforms`` returned a batch of another structure that one of the DataSpec's
+    readers of the batch (``split_batch``, ``get_num_samples_in_batch``, ``get_num_tokens_in_batch``) cannot take.
 
-    Raised by the shim right after the transform, naming the transform, the DataSpec and the stage, instead of a
-    failure deep inside Composer's batch splitting or the model.
+    Raised where that reader fails, in one line naming the reader, the transform, the DataSpec and both structures,
+    instead of Composer's error from deep inside its batch splitting (0.24.1 could not run it either).
     """
 
 

@@ -22,7 +22,7 @@ from composer.loggers import Logger
 from composer.utils import dist
 
 from compatshim.config import settings
-from compatshim.config.support import installed
+from compatshim.config.support import Family, family_of, installed
 from compatshim.devices.accelerator import of_device
 from compatshim.errors import CompatShimWarning, TransformPlacementError
 from compatshim.observe import recorder as _recorder
@@ -32,7 +32,7 @@ from compatshim.observe.steps import Summary, Target, TransformSummary
 from compatshim.observe.watch import unwatch as _unwatch_dataspecs
 from compatshim.observe.watch import watch
 from compatshim.shim import notes, patching
-from compatshim.shim.notes import Fate, Note
+from compatshim.shim.notes import Fate, Slot
 from compatshim.shim.registry import STATE
 
 __all__ = [
@@ -49,29 +49,30 @@ log = logging.getLogger(__name__)
 
 
 class _Watched:
-    """A DataSpec this monitor watches: its note, the taps it put in every slot, and how to take them off."""
+    """A DataSpec this monitor watches: the transforms it holds (as it held them when tapped) and their taps."""
 
-    def __init__(self, spec: Any, note: Note, tap: Callable[[Any], Any]) -> None:
-        self.spec, self.spec_name = spec, note.spec_name
-        #: The note the DataSpec held when it was tapped: a new one (a transform assigned since) is tapped anew.
-        self.held_note = notes.held_note(spec)
-        self.targets: list[Target] = []
-        self._swaps: list[patching.Swap] = []
-        for slot in note.slots.values():
-            tapped, swaps = notes.tap(slot, tap)
-            self.targets.append(Target(slot, tapped))
-            self._swaps += swaps
-        #: The tap of its device_transforms (``None``: none given, or nothing will call it).
+    def __init__(self, spec: Any, slots: list[Slot], make_tap: Callable[[], Any]) -> None:
+        self.spec, self.spec_name, self.slots = spec, notes.spec_name(spec), tuple(slots)
+        self.targets = [Target(slot, None if slot.fate is Fate.DROPPED else make_tap()) for slot in slots]
+        for target in self.targets:
+            if target.tap is not None:
+                notes.tap(spec, target.slot.name, target.tap)
+        #: The tap of its device_transforms (``None``: none held, or nothing will call it).
         self.device_tap = next((t.tap for t in self.targets if t.slot.name == 'device_transforms'), None)
 
     def remove(self) -> None:
-        for done in reversed(self._swaps):
-            done.undo()
-        self._swaps.clear()
+        for target in self.targets:
+            notes.untap(self.spec, target.slot.name, target.tap)
 
     def is_current(self, spec: Any) -> bool:
-        """Whether this is ``spec`` as it was tapped (nothing assigned to its ``device_transforms`` since)."""
-        return self.spec is spec and self.held_note is notes.held_note(spec)
+        """Whether this is ``spec`` holding what it held when tapped (nothing assigned that changes a fate since)."""
+        return self.spec is spec and self.slots == tuple(notes.slots(spec))
+
+
+def _drops_the_argument() -> bool:
+    """Whether Composer here drops a ``device_transforms`` argument without a trace (0.27–0.28, the shim off)."""
+    version = installed('mosaicml')
+    return not STATE.active and version is not None and family_of(version) is Family.DROPPED
 
 
 def _label(state: State) -> str:
@@ -210,47 +211,41 @@ class TransformMonitor(Callback):
         for label, steps in state.get('steps_in_all', {}).items():
             self._steps.steps_in_all[label] += int(steps)
 
-    def _find(self, state: State, label: str) -> Optional[tuple[Any, Note]]:
-        """The running DataSpec and its note (one dataloader may feed several DataSpecs): train's and predict's as the
-        trainer holds them (unnoted: unseen); an evaluator's own (unnoted: what it visibly holds); else the last noted
-        over the running dataloader."""
+    def _find(self, state: State, label: str) -> Optional[Any]:
+        """The running DataSpec (one dataloader may feed several): train's and predict's as the trainer holds them;
+        an evaluator's own; else the last noted over the running dataloader. ``None`` where it cannot be seen, or
+        where it was built unseen on a release that drops ``device_transforms`` (what it was given left no trace)."""
         loader = state.dataloader
         if label in ('train', 'predict'):
             spec = _running(label)
-            if notes.over(spec, loader):
-                found = notes.noted(spec)
-                return None if found is None else (spec, found)
-            return notes.find(loader)
-        evaluators = reversed(getattr(state, 'evaluators', None) or [])
-        spec = next((e.dataloader for e in evaluators if e.label == label and notes.over(e.dataloader, loader)), None)
-        if spec is None:
-            return notes.find(loader)
-        held = {s.name: s for s in notes.held_slots(spec)}
-        return spec, notes.noted(spec) or Note(notes.spec_name(spec), held)
+        else:
+            evaluators = reversed(getattr(state, 'evaluators', None) or [])
+            spec = next((e.dataloader for e in evaluators if e.label == label), None)
+        spec = spec if notes.over(spec, loader) else notes.find(loader)
+        if spec is None or (not notes.noted(spec) and _drops_the_argument()):
+            return None
+        return spec
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
-        """The running DataSpec, found once per loop and tapped once: what it is known to do is said then."""
+        """The running DataSpec, found and tapped once per loop: what it is known to do is said then."""
         cached = self._current.get(label)
-        if label in self._current and (
-            cached is None or (notes.over(cached.spec, state.dataloader) and cached.is_current(cached.spec))
-        ):
+        if label in self._current and (cached is None or notes.over(cached.spec, state.dataloader)):
             return cached
         self._current[label] = watched = self._watch_found(self._find(state, label), label)
         return watched
 
-    def _watch_found(self, found: Optional[tuple[Any, Note]], label: str) -> Optional[_Watched]:
-        if found is None:
+    def _watch_found(self, spec: Optional[Any], label: str) -> Optional[_Watched]:
+        if spec is None:
             if label not in self._blind:
                 self._blind.add(label)
                 self._say(_steps.unseen_warning(label, self.strict))
             return None
-        spec, note = found
         watched = self._watched.get(id(spec))
         if watched is None or not watched.is_current(spec):
             if watched is not None:
                 watched.remove()
-            watched = self._watched[id(spec)] = _Watched(spec, note, self._steps.tap)
-            slot = note.slots.get('device_transforms')
+            watched = self._watched[id(spec)] = _Watched(spec, notes.slots(spec), self._steps.tap)
+            slot = next((s for s in watched.slots if s.name == 'device_transforms'), None)
             if slot is not None and slot.fate is Fate.DROPPED:
                 self._complain(watched, Placement.NEVER_CALLED, label)
         return watched

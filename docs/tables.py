@@ -245,7 +245,7 @@ def verdict(row: _support.TestedRelease) -> str:
     """What ``enable()`` does on the release of ``row``."""
     if row.family is None:
         return 'unaffected: nothing patched'
-    return f'patched ({row.family.value} family): argument and attribute as on 0.24.1'
+    return f'patched ({row.family.value} family): argument, attribute, subclasses as on 0.24.1'
 
 
 def support_table() -> str:

@@ -36,7 +36,7 @@ from compatshim.config.settings import BENCH_SIZES
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
-from compatshim.shim import loops, patching
+from compatshim.shim import loops, notes, patching
 
 __all__ = ['CALLS', 'PROBE_SAMPLES', 'Probe', 'bench_reference', 'env_name', 'make_probe', 'planted_hook_delay']
 
@@ -246,22 +246,25 @@ def make_probe(
         return _monitor_probe(on, batch, device, direct, transform)
     if name not in ('hook-batch', 'hook-microbatch'):
         raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    from compatshim.shim.hooks import BatchHook
+    from compatshim.shim import data_spec
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
-    # The hooks as the trainer finds them: on 0.25-0.26 reading spec.device_transforms gives the user's transform.
-    hooked = [n for n in ('batch_transforms', 'device_transforms') if isinstance(vars(spec).get(n), BatchHook)]
-    if not hooked:
-        raise RuntimeError('compatshim bench: the shim installed no hook on the DataSpec (is it enabled here?)')
-    batch_hook = vars(spec)[hooked[0]]
-    after = spec.microbatch_transforms if hooked[0] == 'batch_transforms' else _same
+    if not shim.status().stage:
+        raise RuntimeError('compatshim bench: a hook probe needs the shim enabled here')
+    # The hooks as the trainer reads them, at every batch: 0.25-0.26 call device_transforms, 0.27+ batch_transforms
+    # and then microbatch_transforms.
+    host = 'batch_transforms' not in vars(spec)
+
+    def read(attribute: str) -> Any:
+        return data_spec.for_trainer(spec, attribute, getattr(spec, attribute))
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
-        hooked = batch_hook(batch)
-        return after(device.batch_to_device(hooked))
+        hooked = read('device_transforms' if host else 'batch_transforms')(batch)
+        moved = device.batch_to_device(hooked)
+        return moved if host else read('microbatch_transforms')(moved)
 
     return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train'))
 
@@ -293,9 +296,9 @@ def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[]
     state.set_dataloader(spec.dataloader, 'train')
     monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
 
-    def path() -> Any:  # as Composer calls the batch-level transform: through the DataSpec's attribute (now tapped)
+    def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the monitor's tap
         for event in events:
             monitor.run_event(event, state, logger)
-        return getattr(spec, argument)(device.batch_to_device(batch))
+        return notes.tapped(spec, argument, getattr(spec, argument))(device.batch_to_device(batch))
 
     return Probe('monitor', on, path, direct, close=trainer.close)

@@ -150,30 +150,40 @@ class Window:
 
 
 class Tap:
-    """Wraps a transform: each call's input placement, the number of calls, and the time the calls took, per window.
+    """Counts a transform's calls, each call's input placement, and the time the calls took, per window.
+
+    The monitor taps a DataSpec's transform by name (:func:`compatshim.shim.notes.tap`): whatever calls that transform
+    calls it through :meth:`call`, and the DataSpec's attribute is never replaced. Given a ``transform``, the tap is
+    also a callable standing for it (``tap(batch)``).
 
     Args:
-        transform: The transform (called with the batch; its result is returned, its exceptions propagate).
+        transform: The transform ``tap(batch)`` calls (its result is returned, its exceptions propagate).
         clock: What the calls are timed with (:func:`clock_for`; default: the host's CPU time).
         keep: Also keep every call's placement, in order, in :attr:`seen` (tests; the monitor keeps windows only).
     """
 
-    def __init__(self, transform: Callable[[Any], Any], clock: Any = None, keep: bool = False) -> None:
+    def __init__(self, transform: Optional[Callable[[Any], Any]] = None, clock: Any = None, keep: bool = False) -> None:
         self.transform = transform
-        self.__wrapped__ = transform
-        self.__qualname__ = getattr(transform, '__qualname__', None) or type(transform).__name__
+        if transform is not None:
+            self.__wrapped__ = transform
+            self.__qualname__ = getattr(transform, '__qualname__', None) or type(transform).__name__
         self.clock = clock if clock is not None else _HostClock()
         self.window = Window()
         self.seen: Optional[list[Placement]] = [] if keep else None
 
     def __call__(self, batch: Any) -> Any:
+        assert self.transform is not None, 'a Tap made without a transform is called through call()'
+        return self.call(self.transform, batch)
+
+    def call(self, transform: Callable[[Any], Any], batch: Any) -> Any:
+        """``transform(batch)``, counted and timed in the current window."""
         window, where = self.window, placement(batch)
         window.calls += 1
         window.places[where] += 1
         if self.seen is not None:
             self.seen.append(where)
         entered, started = time.perf_counter(), self.clock.start()
-        out = self.transform(batch)
+        out = transform(batch)
         self.clock.stop(started, window)
         window.wall += time.perf_counter() - entered
         return out

@@ -99,8 +99,9 @@ class Steps:
         self._timed: dict[int, Timed] = {}  # by window id, until their events have completed
         self._windows = 0
 
-    def tap(self, transform: Callable[[Any], Any]) -> Tap:
-        return Tap(transform, self.transform_clock)
+    def tap(self) -> Tap:
+        """A tap on this recorder's transform clock."""
+        return Tap(None, self.transform_clock)
 
     def begin(self, label: str, targets: list[Target]) -> None:
         """A step of ``label`` begins, before its batch is fetched."""
@@ -260,7 +261,8 @@ def unseen_warning(label: str, strict: bool) -> str:
     """What is said of a dataloader whose DataSpec the monitor cannot see."""
     return (
         f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec was "
-        'built before compatshim.monitor was imported and while the shim was off (or unpickled from one built so). '
+        'built before compatshim.monitor was imported and while the shim was off, on a release that drops '
+        'device_transforms without a trace (or unpickled from one built so). '
         'Import compatshim.monitor (or call compatshim.enable()) before building DataSpecs, or start the run with '
         'compatshim run --monitor.'
     ) + (

@@ -1,11 +1,16 @@
-"""The monitor's watch: an observe-only wrapper of ``DataSpec.__init__``, in a patch set of its own.
+"""The monitor's watch: two observe-only patches of ``DataSpec``, in a patch set of their own.
 
-After Composer (and the shim, if it is on) built the DataSpec, it notes which transforms the DataSpec was given and
-where Composer keeps each (:func:`compatshim.shim.notes.composer_slots`), so that the monitor can tell a transform
-never called from one never given; it changes no argument and no attribute of Composer's (the note is one attribute of
-its own on the DataSpec, ``_compatshim_note``, so that it lives and dies with it). Its patch set (:data:`WATCH`) is its
-own, as an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that
-the shim is off) and ``compatshim.status()`` does not list it.
+* ``__init__``: after Composer (and the shim, if it is on) built the DataSpec, it writes down which transform
+  arguments the DataSpec was given (:func:`compatshim.shim.notes.note`), so that the monitor can tell a transform
+  Composer dropped (0.27–0.28) from one never given.
+* ``__getattribute__``: while the shim is off, a read of a transform by Composer's trainer, on a DataSpec the monitor
+  taps, gets the transform called through its tap (:func:`compatshim.shim.notes.tapped`). Every other read — the
+  user's own above all — gets what Python gives: the monitor never changes what ``spec.device_transforms`` reads. (With
+  the shim on, the shim's hooks call every transform through the taps themselves.)
+
+It changes no argument and no attribute of Composer's. Its patch set (:data:`WATCH`) is its own, as an OpenTelemetry
+instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that the shim is off) and
+``compatshim.status()`` does not list it.
 """
 
 from __future__ import annotations
@@ -14,15 +19,15 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from compatshim.shim import notes as _dataspecs
-from compatshim.shim import patching
+from compatshim.shim import notes, patching
 from compatshim.shim.data_spec import given
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
-#: The watch's patches (``DataSpec.__init__``).
+#: The watch's patches (``DataSpec.__init__``, ``DataSpec.__getattribute__``).
 WATCH = patching.PatchSet('compatshim.monitor.unwatch()')
+_NAMES = frozenset(notes.TRANSFORM_NAMES)
 
 
 def _make_init(original: Callable[..., None], record: patching.Patch) -> Callable[..., None]:
@@ -32,18 +37,31 @@ def _make_init(original: Callable[..., None], record: patching.Patch) -> Callabl
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         record.original(self, *args, **kwargs)
         if record.active:
-            _dataspecs.note(self, _dataspecs.composer_slots(self, given(signature, args, kwargs)))
+            notes.note(self, given(signature, args, kwargs))
 
     return __init__
 
 
+def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) -> Callable[..., Any]:
+    del original  # called as record.original: the shim's patch set may splice it
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        value = record.original(self, name)
+        if name in _NAMES and record.active and not STATE.active and notes.read_by_trainer():
+            return notes.tapped(self, name, value)
+        return value
+
+    return __getattribute__
+
+
 def watch() -> None:
-    """Note every ``DataSpec`` built from now on (idempotent). Imports Composer."""
+    """Note every ``DataSpec`` built from now on, and tap the trainer's reads (idempotent). Imports Composer."""
     from composer.core.data_spec import DataSpec
 
     with STATE.lock:
         if (DataSpec, '__init__') not in WATCH:
             WATCH.patch(DataSpec, '__init__', _make_init)
+            WATCH.patch(DataSpec, '__getattribute__', _make_lookup)
 
 
 def unwatch() -> None:

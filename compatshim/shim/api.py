@@ -39,9 +39,10 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
     """Make ``DataSpec(device_transforms=fn)`` run ``fn`` on the device again, on the installed Composer.
 
     Idempotent and thread-safe. Calling it again while enabled only changes the default stage (from the next
-    batch on), and only when ``stage`` is passed. Works before or after ``import composer``. DataSpecs built *before*
-    ``enable()`` keep Composer's own behaviour: build them after it (call ``enable()`` at the top of the training
-    script, on every rank — or start the job with ``compatshim run``, which does it in every process).
+    batch on), and only when ``stage`` is passed. Works before or after ``import composer``. On 0.27–0.28 Composer
+    drops the argument of a DataSpec built *before* ``enable()``: build DataSpecs after it (call ``enable()`` at the
+    top of the training script, on every rank — or start the job with ``compatshim run``, which does it in every
+    process).
 
     Args:
         stage: ``'batch'``: move the whole batch, run ``fn`` once on it, then split into microbatches — coherent,
@@ -155,8 +156,8 @@ def disable() -> ShimStatus:
     agent, a tracer) has wrapped since is left as it is, with the shim's wrapper beneath switched to a pass-through,
     and a :class:`~compatshim.errors.CompatShimWarning` names it; a later ``enable()`` switches it back on.
 
-    DataSpecs built while enabled then run ``device_transforms`` at batch level before the move (on the host),
-    with a :class:`~compatshim.errors.CompatShimWarning`, as Composer 0.25 did.
+    Nothing of the shim's is kept in a DataSpec: one built while enabled is then Composer's own (0.25–0.26 run its
+    ``device_transforms`` before the move, on the host; 0.27+ never), until ``enable()`` again.
     """
     with STATE.lock:
         STATE.patches.restore_all()

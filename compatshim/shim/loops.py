@@ -30,6 +30,8 @@ class LoopFrame:
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
     armed: Optional[Callable[[Batch], Batch]] = None
+    #: Stage batch: the transform that last changed its batch's structure, and both structures (for the split).
+    reshaped: Optional[tuple[str, str, str]] = None
     #: The device's ``batch_to_device`` replaced by this frame's interposer, while armed.
     _interposed: Optional[patching.Swap] = None
 

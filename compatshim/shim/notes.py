@@ -1,154 +1,130 @@
-"""Which transforms each ``DataSpec`` was given, where each one sits, and what became of it.
+"""What each ``DataSpec`` holds now, what it was given, and the taps that watch its transforms being called.
 
-A DataSpec keeps no trace of an argument that Composer drops (0.27–0.28), and a callback sees the running dataloader
-more readily than its DataSpec. So the DataSpec is *noted* when it is built, by the wrapper that knows where each
-transform went: the shim's (:mod:`compatshim.shim.data_spec`) while the shim is on, the monitor's observe-only watch
-(:mod:`compatshim.observe.watch`) while it is armed. The monitor taps through :func:`tap` and knows nothing of the
-shim's hooks. A note lives on its DataSpec; the DataSpecs over a dataloader are known by weak references (one
-dataloader may feed several). Imports nothing heavy.
+The DataSpec is the one owner of its transforms: what ``spec.device_transforms`` (or ``batch_transforms``,
+``microbatch_transforms``) resolves to, whatever defines it (an instance attribute, a subclass's method, a property),
+is the transform. Nothing here keeps a copy: :func:`slots` reads the DataSpec each time it is asked. The one thing the
+DataSpec cannot show is an argument Composer dropped (0.27–0.28 overwrite ``device_transforms``): the monitor's watch
+(:mod:`compatshim.observe.watch`) writes the names of the transform arguments a DataSpec was given and does not hold
+after its ``__init__`` into one attribute of its own (``_compatshim_note``, a frozenset of strings: a copy or a pickle
+carries it, and unpickling needs no compatshim).
+
+A *tap* counts and times the calls of one transform of one DataSpec, by name (:func:`tap`). It never replaces the
+DataSpec's attribute: what calls the transform calls it through :func:`call`, which finds the tap — the shim's hooks
+(:mod:`compatshim.shim.hooks`) for the transforms they run, the watch's lookup for those Composer reads itself.
+Imports nothing heavy.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import enum
+import sys
 import weakref
-from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.config.support import family_of, installed
-from compatshim.shim import patching
+from compatshim.config.support import Family, family_of, installed
+from compatshim.shim.registry import STATE
 
 __all__ = [
+    'NOTE_ATTRIBUTE',
+    'STAGE_ATTRIBUTE',
     'TRANSFORM_NAMES',
     'Fate',
-    'Note',
     'Slot',
-    'composer_slots',
+    'TapsInside',
+    'Tapped',
+    'call',
     'find',
-    'given_transforms',
-    'held_note',
-    'held_slots',
+    'is_default',
+    'leave_to_composer',
+    'holds',
     'note',
     'noted',
     'over',
+    'read_by_trainer',
+    'slots',
     'spec_name',
+    'stage_of',
     'tap',
+    'tapped',
+    'untap',
 ]
 
 #: The DataSpec arguments that take a transform, in the order Composer applies them.
 TRANSFORM_NAMES = ('device_transforms', 'batch_transforms', 'microbatch_transforms')
+#: The identity methods Composer's DataSpec has (0.24–0.26, 0.27+): what a transform reads as when none was given.
+DEFAULTS = ('_default_device_transforms', '_default_transforms')
+#: Where a DataSpec keeps its own ``data_transfer_stage`` (a plain string).
+STAGE_ATTRIBUTE = '_compatshim_stage'
+#: Where the watch writes the names of the transform arguments a DataSpec was given and Composer dropped.
+NOTE_ATTRIBUTE = '_compatshim_note'
+#: The module whose reads of a DataSpec's transforms are the trainer's own.
+TRAINER_MODULE = 'composer.trainer.trainer'
 
 
 class Fate(str, enum.Enum):
-    """What became of a transform a DataSpec was given."""
+    """What becomes of a transform a DataSpec holds."""
 
-    #: Composer calls it where it was given: its own ``batch_transforms`` / ``microbatch_transforms``, and
-    #: ``device_transforms`` up to 0.24 (after the move, on the device).
+    #: Composer calls it: its own ``batch_transforms`` / ``microbatch_transforms``, and ``device_transforms`` up to
+    #: 0.24 (after the move, on the device).
     CALLED = 'called by Composer'
     #: ``device_transforms`` on 0.25–0.26 without the shim: called at batch level, before the move (on the host).
     ON_HOST = 'called before the move'
-    #: ``device_transforms`` on 0.27–0.28 without the shim: assigned, then overwritten; nothing will call it.
+    #: ``device_transforms`` on 0.27+ without the shim: nothing calls it.
     DROPPED = 'dropped by Composer'
-    #: ``device_transforms`` converted by the shim: its hooks call it on the device, at the slot's stage.
+    #: ``device_transforms`` with the shim on: its hooks call it on the device, at the DataSpec's stage.
     PLACED = 'placed by the shim'
 
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """One transform of one DataSpec.
-
-    Attributes:
-        name: The DataSpec argument it was given as (:data:`TRANSFORM_NAMES`).
-        fate: What became of it.
-        places: Every ``(holder, attribute)`` that holds the callable something calls (empty: nothing will).
-        stage: ``'batch'`` or ``'microbatch'``: where it runs; ``None`` for the shim's hooks following
-            ``enable(stage=...)`` (the DataSpec gave no ``data_transfer_stage``).
-    """
+    """One transform of one DataSpec: its name, what becomes of it, and its stage (``batch``, ``microbatch``; ``None``
+    where nothing calls it)."""
 
     name: str
     fate: Fate
-    places: tuple[tuple[Any, str], ...] = ()
     stage: Optional[str] = None
-
-
-@dataclasses.dataclass(eq=False)
-class Note:
-    """One DataSpec: how messages name it, and its slots (by argument name). It travels with its DataSpec: a deep copy
-    gets a copy (the slots then name the copy's holders); a pickle keeps it where the shim placed a transform (the
-    DataSpec holds the shim's hooks anyway) and drops it elsewhere (unpickling a DataSpec never needs compatshim
-    because compatshim noted it)."""
-
-    spec_name: str
-    slots: dict[str, Slot]
-    #: Noted by the shim's own wrapper, which knows where it put the transforms: a watch's note never replaces it.
-    by_shim: bool = False
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Note:
-        return Note(self.spec_name, copy.deepcopy(self.slots, memo), self.by_shim)
-
-    def __reduce__(self) -> Any:
-        placed = any(slot.fate is Fate.PLACED for slot in self.slots.values())
-        return (Note, (self.spec_name, self.slots, True)) if placed else (type(None), ())
-
-
-#: The attribute a noted DataSpec keeps its note in: the note lives and dies with its DataSpec. (A note holds its
-#: transforms' holders, and through them the DataSpec: kept anywhere else, it would keep every DataSpec alive.)
-NOTE_ATTRIBUTE = '_compatshim_note'
-#: By dataloader: weak references to the DataSpecs noted over it, newest last (train, eval and predict may share one
-#: dataloader, each with its own DataSpec).
-_OVER: dict[int, list[weakref.ref[Any]]] = {}
 
 
 def spec_name(spec: Any) -> str:
     """``DataSpec(dataloader=DataLoader over TensorDataset)``: how messages name a DataSpec."""
     loader = getattr(spec, 'dataloader', None)
     dataset = getattr(loader, 'dataset', None)
-    over = f' over {type(dataset).__name__}' if dataset is not None else ''
-    return f'DataSpec(dataloader={type(loader).__name__}{over})'
+    over_what = f' over {type(dataset).__name__}' if dataset is not None else ''
+    return f'DataSpec(dataloader={type(loader).__name__}{over_what})'
 
 
-def given_transforms(arguments: dict[str, Any]) -> frozenset[str]:
-    """The transform arguments among ``arguments`` that hold something other than ``None``."""
-    return frozenset(name for name in TRANSFORM_NAMES if arguments.get(name) is not None)
+def is_default(value: Any) -> bool:
+    """Whether ``value`` is a DataSpec's own identity method (what a transform reads as when none was given)."""
+    return getattr(value, '__name__', None) in DEFAULTS and hasattr(value, '__self__')
 
 
-def _is_default(spec: Any, value: Any) -> bool:
-    """Composer's own no-op transforms are methods of the DataSpec itself."""
-    return getattr(value, '__self__', None) is spec
+def holds(value: Any) -> bool:
+    """Whether ``value`` is a transform something should run (not ``None``, not the identity method; a value that is
+    not callable is run, and fails, as on 0.24.1)."""
+    return value is not None and not is_default(value)
 
 
-def composer_slots(spec: Any, given: Iterable[str]) -> list[Slot]:
-    """Where Composer itself (no shim) keeps each transform ``spec`` was given, and what it does with it."""
-    slots = []
-    for name in (n for n in TRANSFORM_NAMES if n in set(given)):
-        held = vars(spec).get(name)
-        kept = callable(held) and not _is_default(spec, held)
-        if name != 'device_transforms':
-            stage = {'batch_transforms': 'batch', 'microbatch_transforms': 'microbatch'}[name]
-            slots.append(Slot(name, Fate.CALLED, ((spec, name),) if kept else (), stage))
-        elif not kept:  # 0.27–0.28: assigned, then overwritten
-            slots.append(Slot(name, Fate.DROPPED))
-        else:  # up to 0.24 after the move; 0.25–0.26 before it
-            version = installed('mosaicml')
-            fate = Fate.CALLED if version is None or family_of(version) is None else Fate.ON_HOST
-            slots.append(Slot(name, fate, ((spec, name),), 'batch'))
-    return slots
+def stage_of(spec: Any) -> Optional[str]:
+    """The stage ``spec``'s ``device_transforms`` runs at: its own ``data_transfer_stage``, else the shim's."""
+    own: Optional[str] = vars(spec).get(STAGE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
+    return own or STATE.stage
 
 
-def held_slots(spec: Any) -> list[Slot]:
-    """What a DataSpec that was never noted (built before any watch) visibly holds: its non-default transforms."""
-    held = [n for n in TRANSFORM_NAMES if callable(vars(spec).get(n)) and not _is_default(spec, vars(spec)[n])]
-    return composer_slots(spec, held)
+def read_by_trainer() -> bool:
+    """Whether the attribute read being served (two frames up, past compatshim's own) is Composer's trainer's."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get('__name__', '').startswith('compatshim.'):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame is not None and frame.f_globals.get('__name__') == TRAINER_MODULE
 
 
-def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
-    """Remember ``spec``'s slots. The shim's note replaces a watch's; a watch's never replaces the shim's."""
-    before = noted(spec)
-    if (before is not None and before.by_shim and not by_shim) or not hasattr(spec, '__dict__'):
+def note(spec: Any, given: frozenset[str]) -> None:
+    """Write down which of the transform arguments ``spec`` was ``given`` it does not hold (Composer dropped them),
+    and that it is over its dataloader."""
+    if not hasattr(spec, '__dict__'):
         return
-    vars(spec)[NOTE_ATTRIBUTE] = Note(spec_name(spec), {s.name: s for s in slots}, by_shim)
+    vars(spec)[NOTE_ATTRIBUTE] = frozenset(name for name in given if not hasattr(spec, name))
     loader = getattr(spec, 'dataloader', None)
     if loader is not None:
         kept = [ref for ref in _OVER.get(id(loader), []) if over(ref(), loader) and ref() is not spec]
@@ -158,48 +134,107 @@ def note(spec: Any, slots: Iterable[Slot], *, by_shim: bool = False) -> None:
             del _OVER[stale]
 
 
+#: By dataloader: weak references to the DataSpecs noted over it, newest last (train, eval and predict may share one
+#: dataloader, each with its own DataSpec).
+_OVER: dict[int, list[weakref.ref[Any]]] = {}
+
+
 def over(spec: Any, loader: Any) -> bool:
     """Whether ``spec`` is a DataSpec (alive) over ``loader``."""
     return spec is not None and getattr(spec, 'dataloader', None) is loader
 
 
-def held_note(spec: Any) -> Any:
-    """The note object ``spec`` holds (``None``: none), as it is: a new one means its transforms were placed anew."""
-    return vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
+#: A DataSpec's own stage that makes the shim leave it to Composer (the bench's legs without the shim).
+COMPOSERS = 'composer'
 
 
-def noted(spec: Any) -> Optional[Note]:
-    """``spec``'s note (``None``: it was never noted). A shallow copy shares its original's note, whose slots name the
-    original where Composer keeps a transform: the copy gets the same slots on itself."""
-    found = vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
-    if not isinstance(found, Note):
-        return None
-
-    def own(holder: Any) -> Any:
-        return spec if isinstance(holder, type(spec)) else holder
-
-    if all(own(holder) is holder for slot in found.slots.values() for holder, _ in slot.places):
-        return found
-    slots = {name: dataclasses.replace(slot, places=tuple((own(h), a) for h, a in slot.places))
-             for name, slot in found.slots.items()}  # fmt: skip
-    return Note(found.spec_name, slots, found.by_shim)
+def leave_to_composer(spec: Any) -> None:
+    """Make the shim leave ``spec`` alone: Composer runs its transforms as it would without the shim."""
+    vars(spec)[STAGE_ATTRIBUTE] = COMPOSERS
 
 
-def find(loader: Any) -> Optional[tuple[Any, Note]]:
-    """The DataSpec last noted over ``loader`` and its note, or ``None`` if none was noted (or it is gone)."""
+def noted(spec: Any) -> bool:
+    """Whether ``spec`` was noted when it was built (by the watch)."""
+    return isinstance(vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None, frozenset)
+
+
+def find(loader: Any) -> Optional[Any]:
+    """The DataSpec last noted over ``loader`` (``None``: none, or it is gone)."""
     for ref in reversed(_OVER.get(id(loader), [])):
         spec = ref()
-        found = noted(spec) if over(spec, loader) else None
-        if found is not None:
-            return spec, found
+        if over(spec, loader):
+            return spec
     return None
 
 
-def tap(slot: Slot, wrap: Callable[[Any], Any]) -> tuple[Any, list[patching.Swap]]:
-    """Put one ``wrap(callable)`` in every place of ``slot`` (``None`` and no swap where it has none); the wrapper,
-    and the swaps that take it out again (``undo()``: only where it is still there)."""
-    if not slot.places:
-        return None, []
-    holder, attr = slot.places[0]
-    wrapper = wrap(patching.held(holder, attr))
-    return wrapper, [patching.swap(h, a, lambda _: wrapper) for h, a in slot.places]
+def slots(spec: Any) -> list[Slot]:
+    """Every transform ``spec`` holds now, or was given and Composer dropped, and what becomes of each: read from the
+    DataSpec itself, each time (``None``, or no attribute after ``del``: none)."""
+    given = vars(spec).get(NOTE_ATTRIBUTE) or frozenset() if hasattr(spec, '__dict__') else frozenset()
+    version = installed('mosaicml')
+    family = None if version is None else family_of(version)
+    placed = STATE.active and vars(spec).get(STAGE_ATTRIBUTE) != COMPOSERS
+    found = []
+    for name in TRANSFORM_NAMES:
+        held = holds(getattr(spec, name, None)) and callable(getattr(spec, name))
+        if name != 'device_transforms':
+            if held:
+                found.append(Slot(name, Fate.CALLED, name.partition('_')[0]))
+        elif held and placed:
+            found.append(Slot(name, Fate.PLACED, stage_of(spec)))
+        elif held and family in (None, Family.HOST):  # up to 0.24 after the move; 0.25–0.26 before it
+            found.append(Slot(name, Fate.CALLED if family is None else Fate.ON_HOST, 'batch'))
+        elif held or (name in given and not hasattr(spec, name)):  # 0.27+: nothing calls it, or Composer dropped it
+            found.append(Slot(name, Fate.DROPPED))
+    return found
+
+
+#: By DataSpec (its id, while a tap holds it): its taps by transform name.
+_TAPS: dict[int, dict[str, Any]] = {}
+
+
+def tap(spec: Any, name: str, tapping: Any) -> None:
+    """Send every call of ``spec``'s ``name`` through ``tapping.call(transform, batch)`` until :func:`untap`."""
+    _TAPS.setdefault(id(spec), {})[name] = tapping
+
+
+def untap(spec: Any, name: str, tapping: Any) -> None:
+    """Take ``tapping`` off ``spec``'s ``name`` (only if it is still the one there)."""
+    taps = _TAPS.get(id(spec), {})
+    if tapping is not None and taps.get(name) is tapping:
+        del taps[name]
+        if not taps:
+            del _TAPS[id(spec)]
+
+
+def call(spec: Any, name: str, transform: Callable[[Any], Any], batch: Any) -> Any:
+    """``transform(batch)``, through ``spec``'s tap of ``name`` if it has one."""
+    tapping = _TAPS.get(id(spec), {}).get(name) if _TAPS else None
+    return transform(batch) if tapping is None else tapping.call(transform, batch)
+
+
+class TapsInside:
+    """A callable that calls every transform it runs through :func:`call` itself (the shim's hooks): a lookup that
+    taps leaves it as it is."""
+
+    __slots__ = ()
+
+
+class Tapped(TapsInside):
+    """``transform``, called through ``spec``'s tap of ``name``: what the watch gives Composer's trainer to call."""
+
+    __slots__ = ('name', 'spec', 'transform')
+
+    def __init__(self, spec: Any, name: str, transform: Callable[[Any], Any]) -> None:
+        self.spec, self.name, self.transform = spec, name, transform
+
+    def __call__(self, batch: Any) -> Any:
+        return call(self.spec, self.name, self.transform, batch)
+
+
+def tapped(spec: Any, name: str, value: Any) -> Any:
+    """What a trainer's read of ``spec.<name>`` gives while ``spec`` has a tap of ``name``: ``value`` called through
+    it (a value that taps inside, or that nothing should run, as it is)."""
+    if not _TAPS or name not in _TAPS.get(id(spec), {}) or isinstance(value, TapsInside) or not holds(value):
+        return value
+    return Tapped(spec, name, value)

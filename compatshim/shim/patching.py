@@ -75,7 +75,7 @@ class Swap:
 
 def held(owner: Any, name: str) -> Any:
     """``owner.name`` as the object itself holds it: an instance's own ``__dict__`` entry first (a data descriptor on
-    its class, such as the shim's ``DataSpec.device_transforms``, is not asked), else what the name resolves to."""
+    its class is not asked), else what the name resolves to."""
     if not isinstance(owner, type) and name in getattr(owner, '__dict__', ()):
         return vars(owner)[name]
     return getattr(owner, name)
@@ -173,7 +173,7 @@ class PatchSet:
             old.active = True
             self.live[key] = old
             return old
-        # An attribute the class lacks (0.27+ ``DataSpec.device_transforms``) is added, and deleted again on undo.
+        # An attribute the class only inherits (``DataSpec.__getattribute__``) is added, and deleted again on undo.
         record = Patch(owner, name, vars(owner).get(name, _MISSING), getattr(owner, name, _MISSING))
         record.replacement = make(record.original, record)
         self.live[key] = record

@@ -7,4 +7,4 @@ from compatshim.shim import data_spec, trainer
 __all__ = ['TARGETS']
 
 #: Every attribute ``enable()`` patches, dotted (the doctor lists them).
-TARGETS: tuple[str, ...] = (data_spec.TARGET, data_spec.ATTRIBUTE_TARGET, data_spec.COPY_TARGET, *trainer.TARGETS)
+TARGETS: tuple[str, ...] = (data_spec.INIT_TARGET, data_spec.LOOKUP_TARGET, *trainer.TARGETS)

@@ -7,8 +7,8 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH
-from workload import Probe, loader
+from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
+from workload import Probe, loader, trainer
 
 import compatshim
 from compatshim.config.support import Family
@@ -130,8 +130,10 @@ def test_positional_device_transforms_where_composer_has_the_parameter() -> None
     if FAMILY is Family.REJECTED:
         pytest.skip('0.29+ has no positional device_transforms')
     spec = DataSpec(loader(8), None, None, probe)
-    hook = vars(spec)['device_transforms' if FAMILY is Family.HOST else 'batch_transforms']
-    assert hook.transform is probe and spec.device_transforms is probe
+    assert spec.device_transforms is probe
+    t, _ = trainer(make_device())
+    t.fit(train_dataloader=spec, duration='1ba')
+    assert [c.placement for c in probe.calls] == ['device']
 
 
 def _pretend_installed(monkeypatch: pytest.MonkeyPatch, installed: Any) -> None:
@@ -204,20 +206,21 @@ def test_registry_restores_inherited_attributes_by_deleting_them() -> None:
 
 
 @NEEDS_PATCH
-def test_disabled_shim_runs_transform_on_host_with_a_warning() -> None:
-    """Documented: after disable(), a DataSpec built while enabled runs device_transforms before the move."""
+def test_after_disable_a_dataspec_behaves_as_composers_own_and_enable_brings_it_back() -> None:
+    """Documented: after disable(), a DataSpec built while enabled is Composer's own (0.25–0.26 run device_transforms
+    before the move, 0.27+ never); enable() again and the same DataSpec runs it on the device."""
     from composer.core import DataSpec
-    from conftest import make_device
-    from workload import trainer
 
     compatshim.enable()
     probe = Probe()
     spec = DataSpec(loader(16), device_transforms=probe)
     compatshim.disable()
     t, _ = trainer(make_device())
-    with pytest.warns(compatshim.CompatShimWarning, match='runs before the batch is moved'):
-        t.fit(train_dataloader=spec, duration='2ba')
-    assert [c.placement for c in probe.calls] == ['host', 'host']
+    t.fit(train_dataloader=spec, duration='2ba')
+    assert [c.placement for c in probe.calls] == (['host', 'host'] if FAMILY is Family.HOST else [])
+    compatshim.enable()
+    t.fit(duration='2ba')
+    assert [c.placement for c in probe.calls][-2:] == ['device', 'device']
 
 
 def test_kill_switch_patches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

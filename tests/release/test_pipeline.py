@@ -160,6 +160,8 @@ def test_a_draw_dependent_transform_counts_the_same_on_every_leg_at_one_stage(
         counted = {leg: data['work'] for leg, data in legs.items() if data.get('work') and leg.split('-')[-1] == stage}
         if stage == 'batch' and legs['unpatched'].get('work'):  # the unpatched leg runs it once per batch
             counted['unpatched'] = legs['unpatched']['work']
+        if not counted and stage == 'microbatch' and not IS_AFFECTED:
+            continue  # the shim patches nothing here: no leg runs the transform per microbatch
         assert counted and len({json.dumps(w, sort_keys=True) for w in counted.values()}) == 1, counted
 
 

@@ -86,8 +86,9 @@ def test_trainer_built_before_enable_is_fixed() -> None:
 
 
 @pytest.mark.skipif(FAMILY is None, reason=f'Composer {COMPOSER} is unaffected')
-def test_dataspec_built_before_enable_keeps_composer_behaviour() -> None:
-    """Documented: a DataSpec built before ``enable()`` is not converted (enable at the top of the script)."""
+def test_dataspec_built_before_enable() -> None:
+    """Documented: the shim serves the trainer's reads, so a DataSpec built before ``enable()`` runs its transform on
+    the device too where it still holds it (0.25–0.26); 0.27–0.28 dropped the argument when it was built."""
     from composer.core import DataSpec
 
     probe = Probe()
@@ -99,5 +100,5 @@ def test_dataspec_built_before_enable_keeps_composer_behaviour() -> None:
     compatshim.enable()
     t, _ = trainer(make_device())
     t.fit(train_dataloader=spec, duration='2ba')
-    expected = {Family.HOST: ['host', 'host'], Family.DROPPED: []}[FAMILY]
+    expected = {Family.HOST: ['device', 'device'], Family.DROPPED: []}[FAMILY]
     assert [c.placement for c in probe.calls] == expected

@@ -1,0 +1,225 @@
+"""0.24.1's DataSpec, all of it: a subclass that defines ``device_transforms`` (a method, a property with or without a
+setter), a transform that changes the batch's structure, and the monitor leaving the attribute alone.
+
+On 0.24.1 ``DataSpec.__init__`` sets ``self.device_transforms`` (through a subclass's property setter, if it has one;
+shadowing a subclass's method), and the trainer reads the attribute at every batch, after the move, and never looks at
+what the transform returns. Each test asserts 0.24.1's behaviour, at both stages, with a strict-xfail control leg
+without the shim that fails on every affected release and passes on 0.24.1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
+from workload import Probe, any_batch_model, loader, trainer
+
+import compatshim
+from compatshim.config.support import Family
+from compatshim.testing import placement
+
+pytestmark = pytest.mark.device
+
+CONTROL = pytest.mark.xfail(
+    IS_AFFECTED,
+    strict=True,
+    reason=f'control: Composer {COMPOSER} does not run device_transforms as 0.24.1 did',
+    raises=(AssertionError, AttributeError, TypeError),
+)
+LEGS = [
+    pytest.param('shim', id='shim-batch', marks=pytest.mark.stage('batch')),
+    pytest.param('shim', id='shim-microbatch', marks=[pytest.mark.stage('microbatch'), NEEDS_PATCH]),
+    pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control]),
+]
+MICROBATCH = 2
+
+
+@pytest.fixture
+def per_step(leg: str, request: Any) -> int:
+    """Transform calls per optimizer step in the leg (batches of 8, microbatches of 2)."""
+    marker = request.node.get_closest_marker('stage')
+    return 4 if leg == 'shim' and marker and marker.args[0] == 'microbatch' else 1
+
+
+def _fit(spec: Any, batches: int = 2, t: Any = None, **kwargs: Any) -> Any:
+    if t is None:
+        t, _ = trainer(make_device(), device_train_microbatch_size=MICROBATCH, **kwargs)
+    t.fit(train_dataloader=spec, duration=f'{batches}ba')
+    return t
+
+
+def _on_device(probe: Probe, calls: int, what: str) -> None:
+    assert len(probe.calls) == calls, f'{what}: the transform ran {len(probe.calls)}x, expected {calls}'
+    assert {call.placement for call in probe.calls} == {'device'}, f'{what}: it saw {probe.calls[0].placement}'
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_subclass_method_then_an_assignment(leg: str, per_step: int) -> None:
+    """0.24.1's ``__init__`` sets the attribute, which shadows the subclass's method; an assignment then runs."""
+    from composer.core import DataSpec
+
+    method_calls: list[str] = []
+
+    class MySpec(DataSpec):
+        def device_transforms(self, batch: Any) -> Any:
+            method_calls.append(placement(batch))
+            return batch
+
+    spec = MySpec(loader(16))
+    spec.device_transforms = aug = Probe()
+    assert spec.device_transforms is aug
+    _fit(spec)
+    _on_device(aug, 2 * per_step, 'assigned over a subclass method')
+    assert method_calls == [], 'the shadowed subclass method ran'
+    given = Probe()
+    spec = MySpec(loader(16), device_transforms=given)
+    assert spec.device_transforms is given
+    _fit(spec)
+    _on_device(given, 2 * per_step, 'given to a subclass that has a method')
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_subclass_property_with_a_setter(leg: str, per_step: int) -> None:
+    """A at construction, B assigned between fits: 0.24.1 runs A, A, B, B on the device, through the property."""
+    from composer.core import DataSpec
+
+    class Held(DataSpec):
+        @property
+        def device_transforms(self) -> Any:
+            return self._held
+
+        @device_transforms.setter
+        def device_transforms(self, fn: Any) -> None:
+            self._held = fn
+
+    first, second = Probe(), Probe()
+    spec = Held(loader(32), device_transforms=first)
+    assert spec.device_transforms is first and spec._held is first
+    t = _fit(spec)
+    spec.device_transforms = second
+    assert spec.device_transforms is second
+    t.fit(duration='2ba')
+    _on_device(first, 2 * per_step, 'the property at construction')
+    _on_device(second, 2 * per_step, 'the property set between fits')
+
+
+#: Without the shim 0.25–0.26 assign the attribute in ``__init__`` as 0.24.1 did; 0.27+ never assign it.
+ASSIGNS = [
+    *LEGS[:2],
+    pytest.param(
+        'control',
+        id='control',
+        marks=[
+            pytest.mark.control,
+            pytest.mark.xfail(
+                FAMILY in (Family.DROPPED, Family.REJECTED),
+                strict=True,
+                reason=f'control: Composer {COMPOSER} never assigns device_transforms in DataSpec.__init__',
+                raises=pytest.fail.Exception,
+            ),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize('leg', ASSIGNS, indirect=True)
+def test_a_subclass_property_without_a_setter_fails_in_the_constructor(leg: str) -> None:
+    """0.24.1's ``__init__`` assigns the attribute: a read-only property makes the constructor fail."""
+    from composer.core import DataSpec
+
+    class ReadOnly(DataSpec):
+        @property
+        def device_transforms(self) -> Any:
+            return lambda batch: batch
+
+    with pytest.raises(AttributeError):
+        ReadOnly(loader(16))
+
+
+def _to_mapping(batch: Any) -> Any:
+    """A mixup-style transform that changes the structure: (x, y) to a mapping of three."""
+    x, y = batch
+    return {'inputs': x * 2, 'targets': y, 'lam': torch.ones(len(x), device=x.device)}
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_transform_that_changes_the_batch_structure(leg: str, per_step: int) -> None:
+    """A list of 2 becomes a mapping of 3, and a model that takes it trains (with microbatches, too)."""
+    from composer.core import DataSpec
+
+    seen: list[Any] = []
+
+    def reshape(batch: Any) -> Any:
+        seen.append(placement(batch))
+        return _to_mapping(batch)
+
+    def inputs(batch: Any) -> torch.Tensor:
+        assert isinstance(batch, dict) and set(batch) == {'inputs', 'targets', 'lam'}, f'the model got {batch!r}'
+        return batch['inputs']
+
+    from composer import Trainer
+
+    t = Trainer(model=any_batch_model(inputs), device=make_device(), device_train_microbatch_size=MICROBATCH,
+                progress_bar=False, seed=17)  # fmt: skip
+    t.fit(train_dataloader=DataSpec(loader(16), device_transforms=reshape), duration='2ba')
+    assert seen == ['device'] * (2 * per_step), f'the transform saw {seen}'
+
+
+class Opaque:
+    """A batch object Composer's default split_batch cannot split."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+
+
+@NEEDS_PATCH
+def test_a_result_composer_cannot_split_is_said_in_one_line() -> None:
+    """Stage batch: a transform that returns what Composer's split cannot take is named with both structures."""
+    from composer import Trainer
+    from composer.core import DataSpec
+
+    def wrap(batch: Any) -> Any:
+        return Opaque(batch[0])
+
+    compatshim.enable(stage='batch')
+    t = Trainer(model=any_batch_model(lambda b: b.x), device=make_device(), device_train_microbatch_size=MICROBATCH,
+                progress_bar=False, seed=17)  # fmt: skip
+    spec = DataSpec(loader(16), device_transforms=wrap, get_num_samples_in_batch=lambda batch: 8)
+    with pytest.raises(compatshim.TransformResultError) as info:
+        t.fit(train_dataloader=spec, duration='1ba')
+    text = str(info.value)
+    assert '\n' not in text and "'test_a_result_composer_cannot_split_is_said_in_one_line.<locals>.wrap'" in text
+    assert 'split_batch cannot take' in text and 'a Opaque for a batch that was a list of 2' in text
+    spec = DataSpec(loader(16), device_transforms=wrap)  # Composer counts the samples first
+    with pytest.raises(compatshim.TransformResultError, match='get_num_samples_in_batch cannot take .* a Opaque'):
+        t.fit(train_dataloader=spec, duration='1ba')
+
+
+@pytest.mark.parametrize('shim', [pytest.param(True, marks=NEEDS_PATCH, id='shim'), pytest.param(False, id='off')])
+def test_the_monitor_never_changes_what_the_attribute_reads(shim: bool) -> None:
+    """With the monitor attached, ``spec.device_transforms is fn`` inside the transform and after the fit, on every
+    release (0.24.1 and the releases the shim patches); and the monitor still counts the calls."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    if not shim and IS_AFFECTED:
+        pytest.skip(f'Composer {COMPOSER} without the shim does not run the transform as 0.24.1 did')
+    if shim:
+        compatshim.enable()
+    reads: list[bool] = []
+    holder: list[Any] = []
+
+    def fn(batch: Any) -> Any:
+        reads.append(holder[0].device_transforms is fn)
+        return batch
+
+    spec = DataSpec(loader(16), device_transforms=fn)
+    holder.append(spec)
+    monitor = TransformMonitor()
+    t, _ = trainer(make_device(), callbacks=[monitor])
+    t.fit(train_dataloader=spec, duration='2ba')
+    assert reads == [True, True] and spec.device_transforms is fn
+    assert monitor.summaries[-1].transforms['device_transforms'].calls == 2
