@@ -35,8 +35,8 @@ class TransformResultError(CompatShimError, TypeError):
     """At stage batch, a ``device_transforms`` returned a batch of another structure that one of the DataSpec's
     readers of the batch (``split_batch``, ``get_num_samples_in_batch``, ``get_num_tokens_in_batch``) cannot take.
 
-    Raised where that reader fails, in one line naming the reader, the transform, the DataSpec and both structures,
-    instead of Composer's error from deep inside its batch splitting (0.24.1 could not run it either).
+    Raised from the trainer's loop in place of the reader's error (chained as its cause), in one line naming the
+    reader, the transform, the DataSpec and both structures (0.24.1 could not run it either).
     """
 
 

@@ -246,27 +246,34 @@ def make_probe(
         return _monitor_probe(on, batch, device, direct, transform)
     if name not in ('hook-batch', 'hook-microbatch'):
         raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
-    from compatshim.shim import data_spec
-
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
     if not shim.status().stage:
         raise RuntimeError('compatshim bench: a hook probe needs the shim enabled here')
-    # The hooks as the trainer reads them, at every batch: 0.25-0.26 call device_transforms, 0.27+ batch_transforms
-    # and then microbatch_transforms.
+    # The DataSpec as the trainer reads it at every batch (the reads made from the trainer's module): 0.25-0.26 call
+    # device_transforms, 0.27+ batch_transforms and then microbatch_transforms; and both count and split the batch.
     host = 'batch_transforms' not in vars(spec)
-
-    def read(attribute: str) -> Any:
-        return data_spec.for_trainer(spec, attribute, getattr(spec, attribute))
+    read = _trainer_read()
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
-        hooked = read('device_transforms' if host else 'batch_transforms')(batch)
+        hooked = read(spec, 'device_transforms' if host else 'batch_transforms')(batch)
+        for reader in ('get_num_samples_in_batch', 'get_num_tokens_in_batch', 'split_batch'):
+            read(spec, reader)
         moved = device.batch_to_device(hooked)
-        return moved if host else read('microbatch_transforms')(moved)
+        return moved if host else read(spec, 'microbatch_transforms')(moved)
 
     return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train'))
+
+
+def _trainer_read() -> Callable[[Any, str], Any]:
+    """``getattr`` as Composer's trainer calls it: from a function of the module ``composer.trainer.trainer`` (the
+    shim serves that module's reads of a DataSpec's hooks), so that the probe pays what a trainer's read pays."""
+    namespace: dict[str, Any] = {'__name__': 'composer.trainer.trainer'}
+    exec('def read(spec, name):\n    return getattr(spec, name)\n', namespace)  # a fixed line of ours
+    read: Callable[[Any, str], Any] = namespace['read']
+    return read
 
 
 def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:

@@ -47,7 +47,7 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) ->
 
     def __getattribute__(self: Any, name: str) -> Any:
         value = record.original(self, name)
-        if name in _NAMES and record.active and not STATE.active and notes.read_by_trainer():
+        if name in _NAMES and STATE.stage is None and record.active and notes.read_by_trainer():
             return notes.tapped(self, name, value)
         return value
 

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from compatshim.config import stages
 from compatshim.config.support import Family
-from compatshim.shim import loops, notes, patching
-from compatshim.shim.hooks import BatchHook, MicrobatchHook, Reshaped
+from compatshim.shim import notes, patching
+from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.registry import STATE
 
 __all__ = ['INIT_TARGET', 'LOOKUP_TARGET', 'for_trainer', 'given', 'instrument']
@@ -96,28 +96,22 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
     return __init__
 
 
-#: What the trainer reads of a DataSpec's batch after the transforms: a transform that changed the batch's structure
-#: is named where one of them cannot take it.
-_READERS = frozenset({'split_batch', 'get_num_samples_in_batch', 'get_num_tokens_in_batch'})
-#: By family: the transform hooks the trainer reads and calls, and the readers.
+#: By family: the transform hooks the trainer reads and calls.
 _HOOKS = {
-    Family.HOST: frozenset({'device_transforms'}) | _READERS,
-    Family.DROPPED: frozenset({'batch_transforms', 'microbatch_transforms'}) | _READERS,
-    Family.REJECTED: frozenset({'batch_transforms', 'microbatch_transforms'}) | _READERS,
+    Family.HOST: frozenset({'device_transforms'}),
+    Family.DROPPED: frozenset({'batch_transforms', 'microbatch_transforms'}),
+    Family.REJECTED: frozenset({'batch_transforms', 'microbatch_transforms'}),
 }
 
 
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
-    """What the trainer's read of ``spec.<name>`` gets with the shim on, ``value`` being what it resolves to."""
-    if vars(spec).get(notes.STAGE_ATTRIBUTE) == notes.COMPOSERS:  # left to Composer: the monitor's taps only
+    """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
+    resolves to."""
+    if notes.own(spec).get(notes.STAGE_ATTRIBUTE) == notes.COMPOSERS:  # left to Composer: the monitor's taps only
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
         return BatchHook(spec, None, value)
-    if name in _READERS:
-        frame = loops.current_frame()
-        reshaped = None if frame is None else frame.reshaped
-        return value if reshaped is None else Reshaped(spec, name, value, reshaped)
-    transform = getattr(spec, 'device_transforms', None)
+    transform = notes.resolve(spec, 'device_transforms')
     if name == 'batch_transforms':
         return BatchHook(spec, value, transform)
     return MicrobatchHook(spec, value, transform)
@@ -128,7 +122,7 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, fa
     hooked = _HOOKS[family]
 
     def __getattribute__(self: Any, name: str) -> Any:
-        if name not in hooked or not record.active or not STATE.active:
+        if name not in hooked or STATE.stage is None or not record.active:
             return record.original(self, name)
         try:
             value = record.original(self, name)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from compatshim.errors import TransformResultError
-from compatshim.shim import loops
+from compatshim.shim import loops, notes
 from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
 
-__all__ = ['BatchHook', 'MicrobatchHook', 'Reshaped', 'kind']
+__all__ = ['BatchHook', 'MicrobatchHook', 'kind', 'reshaped_error']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
@@ -55,16 +55,18 @@ class BatchHook(TapsInside):
 
     def __call__(self, batch: Batch) -> Batch:
         spec, transform = self.spec, self.transform
-        if self.native is not None:
+        if holds(self.native):  # Composer's own identity needs no call
             batch = call(spec, 'batch_transforms', self.native, batch)
         frame = loops.current_frame()
         if not holds(transform) or frame is None:  # removed (``None``, ``del``), or called by hand outside a loop
             return batch
         assert transform is not None
         if stage_of(spec) == 'batch':
+            frame.reshaped = None
             moved = frame.device.batch_to_device(batch)
             out = call(spec, 'device_transforms', transform, moved)
-            frame.reshaped = None if kind(out) == kind(moved) else (_name(transform), kind(moved), kind(out))
+            if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
+                frame.reshaped = (_name(transform), kind(moved), kind(out), spec_name(spec))
             return out
         if self.native is not None:
             return batch  # 0.27+: the microbatch hook runs it after each move
@@ -96,30 +98,49 @@ class MicrobatchHook(TapsInside):
         if holds(transform) and stage_of(spec) == 'microbatch' and loops.current_frame() is not None:
             assert transform is not None
             microbatch = call(spec, 'device_transforms', transform, microbatch)
-        return call(spec, 'microbatch_transforms', self.native, microbatch)
+        return call(spec, 'microbatch_transforms', self.native, microbatch) if holds(self.native) else microbatch
 
     def __repr__(self) -> str:
         return f'MicrobatchHook({spec_name(self.spec)}, transform={self.transform!r}, native={self.native!r})'
 
 
-class Reshaped:
-    """One of Composer's batch readers (``split_batch``, ``get_num_samples_in_batch``, ``get_num_tokens_in_batch``)
-    after a transform that changed the batch's structure: where it cannot take what the transform returned, one line
-    says so, naming the reader, the transform and both structures (what 0.24.1 could not run either)."""
+#: What Composer's readers of a batch raise where they cannot take its structure.
+_READ_ERRORS = (ValueError, TypeError, NotImplementedError, AttributeError, IndexError, KeyError)
+#: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by the DataSpec attribute they serve.
+_READERS = (
+    ('split', 'split_batch'),
+    ('num_samples', 'get_num_samples_in_batch'),
+    ('tokens', 'get_num_tokens_in_batch'),
+)
 
-    __slots__ = ('name', 'reader', 'reshaped', 'spec')
 
-    def __init__(self, spec: Any, name: str, reader: Callable[..., Any], reshaped: tuple[str, str, str]) -> None:
-        self.spec, self.name, self.reader, self.reshaped = spec, name, reader, reshaped
+def _reader(exc: BaseException) -> Optional[str]:
+    """What the trainer called that raised ``exc`` (``None``: compatshim's own code, or not the trainer's call)."""
+    called, tb = None, exc.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get('__name__', '')
+        if module == notes.TRAINER_MODULE:
+            called = None
+        elif called is None:
+            code = tb.tb_frame.f_code
+            called = '' if module.startswith('compatshim.') else getattr(code, 'co_qualname', code.co_name)
+            if module == 'composer.core.data_spec':
+                called = next((name for part, name in _READERS if part in code.co_name), called)
+        tb = tb.tb_next
+    return called or None
 
-    def __call__(self, batch: Batch, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self.reader(batch, *args, **kwargs)
-        except (ValueError, TypeError, NotImplementedError, AttributeError, IndexError, KeyError) as exc:
-            transform, before, after = self.reshaped
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TransformResultError(
-                f"compatshim: the DataSpec's {self.name} cannot take what device_transforms {transform!r} of "
-                f'{spec_name(self.spec)} returned: a {after} for a batch that was a {before} ({first}). Return a '
-                f'structure it takes, or give the DataSpec a {self.name} of your own.'
-            ) from exc
+
+def reshaped_error(frame: loops.LoopFrame, exc: BaseException) -> Optional[TransformResultError]:
+    """The one-line error for ``exc``, raised by what read a batch whose structure a transform changed at stage batch
+    (``split_batch``, ``get_num_samples_in_batch``, ...), naming it, the transform and both structures; ``None`` for
+    any other exception (the transform's own propagate untouched)."""
+    reader = _reader(exc) if frame.reshaped is not None and isinstance(exc, _READ_ERRORS) else None
+    if reader is None or isinstance(exc, TransformResultError):
+        return None
+    transform, before, after, spec = frame.reshaped  # type: ignore[misc]
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return TransformResultError(
+        f'compatshim: {reader} cannot take what device_transforms {transform!r} of {spec} returned: a {after} for '
+        f'a batch that was a {before} ({type(exc).__name__}: {first}). Return a structure it takes, or give the '
+        f'DataSpec a {reader} of your own.'
+    )

@@ -30,8 +30,9 @@ class LoopFrame:
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
     armed: Optional[Callable[[Batch], Batch]] = None
-    #: Stage batch: the transform that last changed its batch's structure, and both structures (for the split).
-    reshaped: Optional[tuple[str, str, str]] = None
+    #: Stage batch: the transform that last changed its batch's structure, both structures and its DataSpec, named
+    #: where Composer cannot split or count the result.
+    reshaped: Optional[tuple[str, str, str, str]] = None
     #: The device's ``batch_to_device`` replaced by this frame's interposer, while armed.
     _interposed: Optional[patching.Swap] = None
 

@@ -39,9 +39,11 @@ __all__ = [
     'leave_to_composer',
     'holds',
     'note',
+    'own',
     'noted',
     'over',
     'read_by_trainer',
+    'resolve',
     'slots',
     'spec_name',
     'stage_of',
@@ -105,18 +107,35 @@ def holds(value: Any) -> bool:
     return value is not None and not is_default(value)
 
 
+def own(spec: Any) -> dict[str, Any]:
+    """``spec``'s own ``__dict__``, read past any ``__getattribute__`` (the shim's, the watch's)."""
+    held: dict[str, Any] = object.__getattribute__(spec, '__dict__')
+    return held
+
+
+def resolve(spec: Any, name: str) -> Any:
+    """``spec.<name>`` as Python resolves it (an instance attribute, a subclass's method, a property), past
+    compatshim's own ``__getattribute__``; ``None`` where it has none."""
+    try:
+        return object.__getattribute__(spec, name)
+    except AttributeError:
+        return None
+
+
 def stage_of(spec: Any) -> Optional[str]:
     """The stage ``spec``'s ``device_transforms`` runs at: its own ``data_transfer_stage``, else the shim's."""
-    own: Optional[str] = vars(spec).get(STAGE_ATTRIBUTE) if hasattr(spec, '__dict__') else None
-    return own or STATE.stage
+    stage: Optional[str] = own(spec).get(STAGE_ATTRIBUTE)
+    return stage or STATE.stage
 
 
 def read_by_trainer() -> bool:
     """Whether the attribute read being served (two frames up, past compatshim's own) is Composer's trainer's."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get('__name__', '').startswith('compatshim.'):
-        frame = frame.f_back  # type: ignore[assignment]
-    return frame is not None and frame.f_globals.get('__name__') == TRAINER_MODULE
+    name: str = frame.f_globals.get('__name__', '')
+    while name.startswith('compatshim.') and frame.f_back is not None:
+        frame = frame.f_back
+        name = frame.f_globals.get('__name__', '')
+    return name == TRAINER_MODULE
 
 
 def note(spec: Any, given: frozenset[str]) -> None:

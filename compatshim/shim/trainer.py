@@ -1,13 +1,14 @@
 """Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame
-(:mod:`compatshim.shim.loops`) naming the trainer's device, and add nothing else to the loops."""
+(:mod:`compatshim.shim.loops`) naming the trainer's device; where Composer cannot split or count what a transform
+returned in another structure, the loop's error is said in one line (:func:`compatshim.shim.hooks.reshaped_error`)."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
 
+from compatshim.shim import hooks, patching
 from compatshim.shim import loops as _loop_frames
-from compatshim.shim import patching
 from compatshim.shim.registry import STATE
 
 __all__ = ['LOOPS', 'TARGETS', 'instrument']
@@ -24,8 +25,14 @@ def _make_loop(original: Callable[..., Any], record: patching.Patch, mode: str) 
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not record.active:
             return record.original(self, *args, **kwargs)
-        with _loop_frames.loop_frame(self.state.device, mode):
-            return record.original(self, *args, **kwargs)
+        with _loop_frames.loop_frame(self.state.device, mode) as frame:
+            try:
+                return record.original(self, *args, **kwargs)
+            except Exception as exc:
+                reshaped = hooks.reshaped_error(frame, exc)
+                if reshaped is None:
+                    raise
+                raise reshaped from exc
 
     return loop
 
