@@ -156,7 +156,9 @@ def verdicts(result: PipelineResult) -> list[str]:
         ('shim-microbatch', 'shim-batch', {'shim-microbatch', 'shim-batch'} <= ran, 'stage batch vs microbatch',
          'stage batch vs microbatch: stage batch is', 'stage microbatch',
          f'; {mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'),
+         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'
+         if mb.calls_per_step != shim.calls_per_step else
+         '; one microbatch per step here, so both stages make the same call (give microbatch_size to compare them)'),
         (best, 'ceiling', waits is not None, 'data for free (the ceiling leg)',
          'with data for free (the ceiling leg) a step would be', best, ''),
     ]  # fmt: skip
