@@ -54,9 +54,9 @@ class BatchHook(TapsInside):
         self.spec, self.native, self.transform = spec, native, transform
 
     def __call__(self, batch: Batch) -> Batch:
-        spec, transform = self.spec, self.transform
-        if holds(self.native):  # Composer's own identity needs no call
-            batch = call(spec, 'batch_transforms', self.native, batch)
+        spec, transform, native = self.spec, self.transform, self.native
+        if native is not None and holds(native):  # Composer's own identity needs no call
+            batch = call(spec, 'batch_transforms', native, batch)
         frame = loops.current_frame()
         if not holds(transform) or frame is None:  # removed (``None``, ``del``), or called by hand outside a loop
             return batch
