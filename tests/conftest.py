@@ -59,6 +59,30 @@ LEGS = [pytest.param('shim', id='shim'), pytest.param('control', id='control', m
 NEEDS_PATCH = pytest.mark.skipif(not IS_AFFECTED, reason=f'Composer {COMPOSER} is unaffected: the shim patches nothing')
 
 
+#: Batches and microbatches of the tests of 0.24.1's DataSpec surface (the attribute, subclasses, batch structures).
+BATCH_SIZE, MICROBATCH = 8, 2
+#: Their control: without the shim the attribute is missing on 0.27+ (AttributeError), besides every control's failures.
+SURFACE_CONTROL = pytest.mark.xfail(
+    IS_AFFECTED,
+    strict=True,
+    reason=f'control: Composer {COMPOSER} does not run device_transforms as 0.24.1 did',
+    raises=(AssertionError, AttributeError, TypeError),
+)
+#: Their legs: the shim at each stage (at stage microbatch the transform runs once per microbatch), and the control.
+STAGED_LEGS = [
+    pytest.param('shim', id='shim-batch', marks=pytest.mark.stage('batch')),
+    pytest.param('shim', id='shim-microbatch', marks=[pytest.mark.stage('microbatch'), NEEDS_PATCH]),
+    pytest.param('control', id='control', marks=[SURFACE_CONTROL, pytest.mark.control]),
+]
+
+
+@pytest.fixture
+def per_step(leg: str, request: Any) -> int:
+    """Transform calls per optimizer step in a leg of :data:`STAGED_LEGS` (batches of 8, microbatches of 2)."""
+    marker = request.node.get_closest_marker('stage')
+    return BATCH_SIZE // MICROBATCH if leg == 'shim' and marker and marker.args[0] == 'microbatch' else 1
+
+
 @pytest.fixture
 def leg(request: Any) -> Iterator[str]:
     """Enable the shim for the ``shim`` leg (stage from the companion ``stage`` marker), not for control."""

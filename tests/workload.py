@@ -55,6 +55,13 @@ class Probe:
         return (x, y) if isinstance(batch, tuple) else [x, y]
 
 
+def assert_on_device(probe: Probe, calls: int, what: str) -> None:
+    """``probe`` ran ``calls`` times, every call on a batch on the device."""
+    assert len(probe.calls) == calls, f'{what}: the transform ran {len(probe.calls)}x, expected {calls}'
+    where = {call.placement for call in probe.calls}
+    assert where == {'device'}, f'{what}: the transform saw batches on {where}'
+
+
 class Recorder(torch.nn.Module):
     """Records every input the model is fed (placement and a host copy)."""
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
-from workload import Probe, assert_coherent, fit_probe, loader, trainer
+from conftest import BATCH_SIZE, FAMILY, MICROBATCH, NEEDS_PATCH, STAGED_LEGS, make_device
+from workload import Probe, assert_coherent, assert_on_device, fit_probe, loader, trainer
 
 import compatshim
 from compatshim.config.support import Family
@@ -25,34 +25,7 @@ from compatshim.testing import placement
 
 pytestmark = pytest.mark.device
 
-#: Without the shim the attribute is missing on 0.27+ (AttributeError), besides the failures every control leg has.
-CONTROL = pytest.mark.xfail(
-    IS_AFFECTED,
-    strict=True,
-    reason=f'control: Composer {COMPOSER} has no working device_transforms attribute',
-    raises=(AssertionError, AttributeError, TypeError),
-)
-#: The shim at each stage, and the control without it. At stage microbatch the transform runs once per microbatch.
-LEGS = [
-    pytest.param('shim', id='shim-batch', marks=pytest.mark.stage('batch')),
-    pytest.param('shim', id='shim-microbatch', marks=[pytest.mark.stage('microbatch'), NEEDS_PATCH]),
-    pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control]),
-]
-MICROBATCH = 2
-BATCH_SIZE = 8
-
-
-@pytest.fixture
-def per_step(leg: str, request: Any) -> int:
-    """Transform calls per optimizer step in the leg (batches of 8, microbatches of 2)."""
-    marker = request.node.get_closest_marker('stage')
-    return BATCH_SIZE // MICROBATCH if leg == 'shim' and marker and marker.args[0] == 'microbatch' else 1
-
-
-def _on_device(probe: Probe, calls: int, what: str) -> None:
-    assert len(probe.calls) == calls, f'{what}: the transform ran {len(probe.calls)}x, expected {calls}'
-    where = {call.placement for call in probe.calls}
-    assert where == {'device'}, f'{what}: the transform saw batches on {where}'
+LEGS = STAGED_LEGS
 
 
 def _spec(transform: Any = None, n: int = 16) -> Any:
@@ -81,7 +54,7 @@ def test_read_gives_the_callable_given_and_it_runs_on_the_device(leg: str, per_s
     assert spec.device_transforms is fn
     _identity(_spec())
     _fit(spec)
-    _on_device(fn, 2 * per_step, 'train')
+    assert_on_device(fn, 2 * per_step, 'train')
     assert spec.device_transforms is fn
 
 
@@ -96,7 +69,7 @@ def test_custom_eval_loop_calls_the_attribute_on_a_moved_batch(leg: str, per_ste
         out = spec.device_transforms(moved)
         assert placement(out[0]) == 'device', 'the custom loop got its batch back off the device'
         assert torch.all(out[0][:, 0] == fn.calls[-1].draw), 'the custom loop did not get the transformed batch'
-    _on_device(fn, 2 * per_step + 2, 'fit, then the custom loop (one call per batch)')
+    assert_on_device(fn, 2 * per_step + 2, 'fit, then the custom loop (one call per batch)')
 
 
 @pytest.mark.python
@@ -109,15 +82,15 @@ def test_assigned_after_construction_runs_on_the_device(leg: str, per_step: int)
     assert given.device_transforms is replacement
     t = _fit(given)
     assert first.calls == [], 'the replaced transform still ran'
-    _on_device(replacement, 2 * per_step, 'assigned before the fit')
+    assert_on_device(replacement, 2 * per_step, 'assigned before the fit')
     given.device_transforms = later
     t.fit(duration='2ba')  # two more batches
-    _on_device(replacement, 2 * per_step, 'replaced between fits')
-    _on_device(later, 2 * per_step, 'assigned between fits')
+    assert_on_device(replacement, 2 * per_step, 'replaced between fits')
+    assert_on_device(later, 2 * per_step, 'assigned between fits')
     bare = _spec()
     bare.device_transforms = fn = Probe()
     _fit(bare)
-    _on_device(fn, 2 * per_step, 'assigned to a DataSpec built without one')
+    assert_on_device(fn, 2 * per_step, 'assigned to a DataSpec built without one')
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
@@ -129,11 +102,11 @@ def test_assigned_on_an_evaluator_and_a_predict_dataspec(leg: str, per_step: int
     evaluator.dataloader.device_transforms = ev
     t, _ = trainer(make_device(), eval_dataloader=evaluator, eval_interval='2ba', max_duration='2ba')
     t.fit(train_dataloader=_spec(), duration='2ba')
-    _on_device(ev, 2, 'evaluator')  # evaluation batches are never split into microbatches here
+    assert_on_device(ev, 2, 'evaluator')  # evaluation batches are never split into microbatches here
     spec = _spec()
     spec.device_transforms = pred
     t.predict(spec)
-    _on_device(pred, 2, 'predict')
+    assert_on_device(pred, 2, 'predict')
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
@@ -156,11 +129,11 @@ def test_subclass_sets_the_attribute_in_its_init(leg: str, per_step: int) -> Non
     spec = After(loader(16), after)
     assert spec.device_transforms is after
     _fit(spec)
-    _on_device(after, 2 * per_step, 'set after the base __init__')
+    assert_on_device(after, 2 * per_step, 'set after the base __init__')
     spec = Before(loader(16), before, early)
     assert spec.device_transforms is before
     _fit(spec)
-    _on_device(before, 2 * per_step, 'given to the base __init__ by a subclass')
+    assert_on_device(before, 2 * per_step, 'given to the base __init__ by a subclass')
     _identity(Before(loader(16), None, early))
     _fit(Before(loader(16), None, early))
     assert early.calls == [], 'a value set before the base __init__ ran: 0.24.1 replaces it'
@@ -224,7 +197,7 @@ def test_copies_and_pickles_keep_the_assigned_transform() -> None:
     for clone in (copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))):
         assert isinstance(clone.device_transforms, Probe) and clone.device_transforms is not spec.device_transforms
         _fit(clone)
-        _on_device(clone.device_transforms, 2, 'a copy')
+        assert_on_device(clone.device_transforms, 2, 'a copy')
         assert spec.device_transforms.calls == [], 'the copy ran the original transform'
 
 
@@ -240,15 +213,15 @@ def test_assigning_on_a_shallow_copy_leaves_the_original_alone() -> None:
     assert spec.device_transforms is first and clone.device_transforms is second
     _fit(spec)
     _fit(clone)
-    _on_device(first, 2, 'the original')
-    _on_device(second, 2, 'the copy')
+    assert_on_device(first, 2, 'the original')
+    assert_on_device(second, 2, 'the copy')
     kept, third = Probe(), Probe()
     spec = _spec(kept)
     clone = copy.copy(spec)
     spec.device_transforms = third  # on the original this time: the copy keeps its own
     assert clone.device_transforms is kept
     _fit(clone)
-    _on_device(kept, 2, 'the copy, after an assignment on its original')
+    assert_on_device(kept, 2, 'the copy, after an assignment on its original')
     assert third.calls == []
 
 
@@ -283,7 +256,7 @@ def test_an_assignment_while_the_shim_was_off_runs_once_it_is_on_again(how: str)
     with compatshim.enabled():
         assert spec.device_transforms is assigned
         _fit(spec)
-    _on_device(assigned, 2, 'assigned while the shim was off')
+    assert_on_device(assigned, 2, 'assigned while the shim was off')
     assert first.calls == []
 
 

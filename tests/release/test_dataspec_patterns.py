@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import COMPOSER, FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
-from workload import Probe, any_batch_model, loader, trainer
+from conftest import COMPOSER, FAMILY, IS_AFFECTED, MICROBATCH, NEEDS_PATCH, STAGED_LEGS, make_device
+from workload import Probe, any_batch_model, assert_on_device, loader, trainer
 
 import compatshim
 from compatshim.config.support import Family
@@ -22,37 +22,13 @@ from compatshim.testing import placement
 
 pytestmark = pytest.mark.device
 
-CONTROL = pytest.mark.xfail(
-    IS_AFFECTED,
-    strict=True,
-    reason=f'control: Composer {COMPOSER} does not run device_transforms as 0.24.1 did',
-    raises=(AssertionError, AttributeError, TypeError),
-)
-LEGS = [
-    pytest.param('shim', id='shim-batch', marks=pytest.mark.stage('batch')),
-    pytest.param('shim', id='shim-microbatch', marks=[pytest.mark.stage('microbatch'), NEEDS_PATCH]),
-    pytest.param('control', id='control', marks=[CONTROL, pytest.mark.control]),
-]
-MICROBATCH = 2
+LEGS = STAGED_LEGS
 
 
-@pytest.fixture
-def per_step(leg: str, request: Any) -> int:
-    """Transform calls per optimizer step in the leg (batches of 8, microbatches of 2)."""
-    marker = request.node.get_closest_marker('stage')
-    return 4 if leg == 'shim' and marker and marker.args[0] == 'microbatch' else 1
-
-
-def _fit(spec: Any, batches: int = 2, t: Any = None, **kwargs: Any) -> Any:
-    if t is None:
-        t, _ = trainer(make_device(), device_train_microbatch_size=MICROBATCH, **kwargs)
-    t.fit(train_dataloader=spec, duration=f'{batches}ba')
+def _fit(spec: Any) -> Any:
+    t, _ = trainer(make_device(), device_train_microbatch_size=MICROBATCH)
+    t.fit(train_dataloader=spec, duration='2ba')
     return t
-
-
-def _on_device(probe: Probe, calls: int, what: str) -> None:
-    assert len(probe.calls) == calls, f'{what}: the transform ran {len(probe.calls)}x, expected {calls}'
-    assert {call.placement for call in probe.calls} == {'device'}, f'{what}: it saw {probe.calls[0].placement}'
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
@@ -71,13 +47,13 @@ def test_a_subclass_method_then_an_assignment(leg: str, per_step: int) -> None:
     spec.device_transforms = aug = Probe()
     assert spec.device_transforms is aug
     _fit(spec)
-    _on_device(aug, 2 * per_step, 'assigned over a subclass method')
+    assert_on_device(aug, 2 * per_step, 'assigned over a subclass method')
     assert method_calls == [], 'the shadowed subclass method ran'
     given = Probe()
     spec = MySpec(loader(16), device_transforms=given)
     assert spec.device_transforms is given
     _fit(spec)
-    _on_device(given, 2 * per_step, 'given to a subclass that has a method')
+    assert_on_device(given, 2 * per_step, 'given to a subclass that has a method')
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
@@ -101,8 +77,8 @@ def test_a_subclass_property_with_a_setter(leg: str, per_step: int) -> None:
     spec.device_transforms = second
     assert spec.device_transforms is second
     t.fit(duration='2ba')
-    _on_device(first, 2 * per_step, 'the property at construction')
-    _on_device(second, 2 * per_step, 'the property set between fits')
+    assert_on_device(first, 2 * per_step, 'the property at construction')
+    assert_on_device(second, 2 * per_step, 'the property set between fits')
 
 
 #: Without the shim 0.25–0.26 assign the attribute in ``__init__`` as 0.24.1 did; 0.27+ never assign it.
