@@ -20,6 +20,7 @@ from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.verdicts import verdicts
 from compatshim.devices.accelerator import Accelerator, accelerator
+from compatshim.shim.notes import transform_name
 
 __all__ = [
     'Baselines',
@@ -153,10 +154,9 @@ def bench_pipeline(
                 moved = moving.batch_to_device(batch)
                 ceiling.append(pipeline.transform(moved))
                 if ceiling[-1] is None:  # the batch's structure is the model's business; None is no batch
-                    what = getattr(pipeline.transform, '__qualname__', None) or type(pipeline.transform).__name__
                     raise PipelineError(
-                        f'{name}: its transform {what!r} returned None. It must return the batch it was given, '
-                        'transformed (of any structure its model takes).'
+                        f'{name}: its transform {transform_name(pipeline.transform)!r} returned None. It must return '
+                        'the batch it was given, transformed (of any structure its model takes).'
                     )
         except PipelineError:
             raise

@@ -16,7 +16,7 @@ import torch
 
 from compatshim.devices.accelerator import on_accelerator_memory
 from compatshim.observe.placement import Placement
-from compatshim.shim import patching
+from compatshim.shim import notes, patching
 
 if TYPE_CHECKING:
     from compatshim.devices.accelerator import Accelerator
@@ -166,7 +166,7 @@ class Tap:
         self.transform = transform
         if transform is not None:
             self.__wrapped__ = transform
-            self.__qualname__ = getattr(transform, '__qualname__', None) or type(transform).__name__
+            self.__qualname__ = notes.transform_name(transform)
         self.clock = clock if clock is not None else _HostClock()
         self.window = Window()
         self.seen: Optional[list[Placement]] = [] if keep else None

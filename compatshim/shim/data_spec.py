@@ -82,13 +82,12 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         stage = kwargs.pop('data_transfer_stage', None)
         if stage is not None:
             stage = stages.validate_stage(stage, what='DataSpec data_transfer_stage')
+        transform, without_args, without_kwargs = _take_device_transforms(signature, args, kwargs)
+        _check_transform(transform)
         if family is Family.HOST:  # Composer sets self.device_transforms itself, as 0.24.1 did
-            _check_transform(_take_device_transforms(signature, args, kwargs)[0])
             record.original(self, *args, **kwargs)
         else:
-            transform, args, kwargs = _take_device_transforms(signature, args, kwargs)
-            _check_transform(transform)
-            record.original(self, *args, **kwargs)
+            record.original(self, *without_args, **without_kwargs)
             self.device_transforms = _default(self) if transform is None else transform
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
@@ -107,7 +106,7 @@ _HOOKS = {
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
     """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
     resolves to."""
-    if notes.own(spec).get(notes.STAGE_ATTRIBUTE) == notes.COMPOSERS:  # left to Composer: the monitor's taps only
+    if notes.left_to_composer(spec):  # the monitor's taps only
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
         return BatchHook(spec, None, value)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from compatshim.errors import TransformResultError
 from compatshim.shim import loops, notes
-from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
+from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of, transform_name
 
 __all__ = ['BatchHook', 'MicrobatchHook', 'kind', 'reshaped_error']
 
@@ -33,10 +33,6 @@ def kind(batch: Batch) -> str:
     if isinstance(batch, Mapping):
         return type(batch).__name__
     return 'None' if batch is None else type(batch).__name__
-
-
-def _name(transform: Transform) -> str:
-    return getattr(transform, '__qualname__', None) or type(transform).__name__
 
 
 class BatchHook(TapsInside):
@@ -66,9 +62,9 @@ class BatchHook(TapsInside):
             moved = frame.device.batch_to_device(batch)
             out = call(spec, 'device_transforms', transform, moved)
             if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
-                frame.reshaped = (_name(transform), kind(moved), kind(out), spec_name(spec))
+                frame.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
             return out
-        if self.native is not None:
+        if native is not None:
             return batch  # 0.27+: the microbatch hook runs it after each move
         if frame.mode == 'predict':
             return call(spec, 'device_transforms', transform, batch)  # 0.25–0.26 predict moves the whole batch first

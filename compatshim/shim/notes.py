@@ -36,6 +36,7 @@ __all__ = [
     'call',
     'find',
     'is_default',
+    'left_to_composer',
     'leave_to_composer',
     'holds',
     'note',
@@ -49,6 +50,7 @@ __all__ = [
     'stage_of',
     'tap',
     'tapped',
+    'transform_name',
     'untap',
 ]
 
@@ -94,6 +96,11 @@ def spec_name(spec: Any) -> str:
     dataset = getattr(loader, 'dataset', None)
     over_what = f' over {type(dataset).__name__}' if dataset is not None else ''
     return f'DataSpec(dataloader={type(loader).__name__}{over_what})'
+
+
+def transform_name(transform: Any) -> str:
+    """How messages name a transform: its qualified name, else its type's (a callable object)."""
+    return getattr(transform, '__qualname__', None) or type(transform).__name__
 
 
 def is_default(value: Any) -> bool:
@@ -169,7 +176,12 @@ COMPOSERS = 'composer'
 
 def leave_to_composer(spec: Any) -> None:
     """Make the shim leave ``spec`` alone: Composer runs its transforms as it would without the shim."""
-    vars(spec)[STAGE_ATTRIBUTE] = COMPOSERS
+    own(spec)[STAGE_ATTRIBUTE] = COMPOSERS
+
+
+def left_to_composer(spec: Any) -> bool:
+    """Whether the shim leaves ``spec`` to Composer (:func:`leave_to_composer`)."""
+    return own(spec).get(STAGE_ATTRIBUTE) == COMPOSERS
 
 
 def noted(spec: Any) -> bool:
@@ -189,13 +201,14 @@ def find(loader: Any) -> Optional[Any]:
 def slots(spec: Any) -> list[Slot]:
     """Every transform ``spec`` holds now, or was given and Composer dropped, and what becomes of each: read from the
     DataSpec itself, each time (``None``, or no attribute after ``del``: none)."""
-    given = vars(spec).get(NOTE_ATTRIBUTE) or frozenset() if hasattr(spec, '__dict__') else frozenset()
+    given = own(spec).get(NOTE_ATTRIBUTE) or frozenset()
     version = installed('mosaicml')
     family = None if version is None else family_of(version)
-    placed = STATE.active and vars(spec).get(STAGE_ATTRIBUTE) != COMPOSERS
+    placed = STATE.active and not left_to_composer(spec)
     found = []
     for name in TRANSFORM_NAMES:
-        held = holds(getattr(spec, name, None)) and callable(getattr(spec, name))
+        value = getattr(spec, name, None)
+        held = holds(value) and callable(value)
         if name != 'device_transforms':
             if held:
                 found.append(Slot(name, Fate.CALLED, name.partition('_')[0]))
