@@ -55,6 +55,17 @@ def test_the_readme_is_the_users_page_and_the_maintainers_one_link_away() -> Non
     )
 
 
+#: The maintainers' prose, at a size read in an hour (issue 53: 22,872 and 44,182 bytes before): the history of
+#: internal changes stays in git, the words in docs/glossary.md, what a module does in its docstring.
+PROSE_LIMITS = {'CHANGELOG.md': 4_096, 'CONTRIBUTING.md': 12_288}
+
+
+@pytest.mark.parametrize('name', sorted(PROSE_LIMITS))
+def test_the_changelog_and_contributing_stay_short(name: str) -> None:
+    size = len((ROOT / name).read_bytes())
+    assert size <= PROSE_LIMITS[name], f'{name} is {size} bytes (at most {PROSE_LIMITS[name]}); history stays in git'
+
+
 def _commands(text: str) -> list[str]:
     """The commands of a Markdown text's ``bash`` blocks, one a line, comments dropped."""
     blocks = re.findall(r'```bash\n(.*?)```', text, re.S)
