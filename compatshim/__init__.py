@@ -21,7 +21,6 @@ from compatshim.errors import (
     ComposerNotInstalledError,
     ConfigurationError,
     TransformPlacementError,
-    TransformResultError,
     UnexpectedComposerShapeError,
     UnsupportedComposerWarning,
 )
@@ -37,7 +36,6 @@ __all__ = [
     'ConfigurationError',
     'ShimStatus',
     'TransformPlacementError',
-    'TransformResultError',
     'UnexpectedComposerShapeError',
     'UnsupportedComposerWarning',
     'Verdict',

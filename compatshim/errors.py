@@ -8,7 +8,6 @@ __all__ = [
     'CompatShimWarning',
     'ComposerNotInstalledError',
     'TransformPlacementError',
-    'TransformResultError',
     'UnexpectedComposerShapeError',
     'UnsupportedComposerWarning',
 ]
@@ -29,15 +28,6 @@ class ComposerNotInstalledError(CompatShimError, ImportError):
 
 class UnexpectedComposerShapeError(CompatShimError):
     """A patch target does not have the shape the shim was written against; nothing was patched."""
-
-
-class TransformResultError(CompatShimError, TypeError):
-    """At stage batch, a ``device_transforms`` returned a batch of another structure that one of the DataSpec's
-    readers of the batch (``split_batch``, ``get_num_samples_in_batch``, ``get_num_tokens_in_batch``) cannot take.
-
-    Raised from the trainer's loop in place of the reader's error (chained as its cause), in one line naming the
-    reader, the transform, the DataSpec and both structures (0.24.1 could not run it either).
-    """
 
 
 class TransformPlacementError(CompatShimError, RuntimeError):

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable
 
 from compatshim.config import stages
 from compatshim.config.support import Family
+from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.registry import STATE
@@ -58,6 +60,54 @@ def given(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str,
     return frozenset(name for name in notes.TRANSFORM_NAMES if arguments.get(name) is not None)
 
 
+#: 0.24.1's ``DataSpec`` parameters, in order: what a positional argument meant to code written for it.
+REFERENCE_PARAMETERS = (
+    'dataloader',
+    'num_samples',
+    'num_tokens',
+    'device_transforms',
+    'split_batch',
+    'get_num_samples_in_batch',
+    'get_num_tokens_in_batch',
+)
+
+
+def _by_position(
+    signature: inspect.Signature, family: Family, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A call's positional arguments, where the installed release reads a position differently from 0.24.1.
+
+    The rule: on 0.27–0.28, a call that gives ``device_transforms`` by position (index 3) and more after it is code
+    written for 0.24.1 (those releases deprecated that argument when they added the ones now at those positions), so
+    its positions are read in 0.24.1's order. Any other call whose positions mean something else on the installed
+    release keeps the release's reading, and a warning (once per process) names each position and the keyword to use.
+    """
+    names = [name for name in signature.parameters if name != 'self']
+    moved = [
+        (i, names[i] if i < len(names) else None, REFERENCE_PARAMETERS[i] if i < len(REFERENCE_PARAMETERS) else None)
+        for i in range(len(args))
+    ]
+    moved = [(i, mine, theirs) for i, mine, theirs in moved if mine != theirs]
+    if not moved:
+        return args, kwargs
+    if family is Family.DROPPED and len(args) > 4 and args[3] is not None and len(args) <= len(REFERENCE_PARAMETERS):
+        named = dict(zip(REFERENCE_PARAMETERS, args))
+        if not set(named) & set(kwargs):
+            return (), {**named, **kwargs}
+    key = f'positions:{len(args)}'
+    if key not in STATE.warned:
+        STATE.warned.add(key)
+        said = '; '.join(f'position {i} is {mine} here and was {theirs} on Composer 0.24.1' for i, mine, theirs in moved)
+        warnings.warn(
+            f'compatshim: DataSpec got {len(args)} positional arguments: {said}. They are read as this release reads '
+            f'them; pass them by keyword ({", ".join(f"{theirs}=..." for _, _, theirs in moved if theirs)}) to say '
+            'which you mean.',
+            CompatShimWarning,
+            stacklevel=3,
+        )
+    return args, kwargs
+
+
 def _check_transform(transform: Any) -> None:
     if transform is not None and not callable(transform):
         raise TypeError(
@@ -82,6 +132,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         stage = kwargs.pop('data_transfer_stage', None)
         if stage is not None:
             stage = stages.validate_stage(stage, what='DataSpec data_transfer_stage')
+        args, kwargs = _by_position(signature, family, args, kwargs)
         transform, without_args, without_kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         if family is Family.HOST:  # Composer sets self.device_transforms itself, as 0.24.1 did
@@ -110,7 +161,10 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
         return BatchHook(spec, None, value)
-    transform = notes.resolve(spec, 'device_transforms')
+    try:  # as the DataSpec serves it (a subclass's own ``__getattribute__`` included); not a hook on 0.27+
+        transform = getattr(spec, 'device_transforms')  # noqa: B009
+    except AttributeError:
+        transform = None
     if name == 'batch_transforms':
         return BatchHook(spec, value, transform)
     return MicrobatchHook(spec, value, transform)
@@ -125,10 +179,10 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, fa
             return record.original(self, name)
         try:
             value = record.original(self, name)
-        except AttributeError:  # ``del spec.device_transforms``: the shim runs none where 0.24.1 failed
-            if name != 'device_transforms' or not notes.read_by_trainer():
+        except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base ``__init__``
+            if not notes.read_by_trainer():
                 raise
-            value = None
+            return for_trainer(self, name, None)
         return for_trainer(self, name, value) if notes.read_by_trainer() else value
 
     return __getattribute__

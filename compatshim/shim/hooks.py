@@ -5,38 +5,27 @@ The hooks hold no copy of the transform: they are made at the trainer's read (on
 from what ``spec.device_transforms`` resolves to then — an instance attribute, a subclass's method, a property —
 exactly as 0.24.1's trainer read it at every batch. :class:`BatchHook` stands for the batch-level hook
 (``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), :class:`MicrobatchHook` for the microbatch-level
-one (``microbatch_transforms``, 0.27+); :class:`Split` for ``split_batch`` after a transform that changed the batch's
-structure. Every transform they run is called through the DataSpec's taps (:func:`compatshim.shim.notes.call`).
+one (``microbatch_transforms``, 0.27+). Every transform they run is called through the DataSpec's taps (:func:`compatshim.shim.notes.call`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from compatshim.errors import TransformResultError
 from compatshim.shim import loops, notes
-from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of, transform_name
+from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
 
-__all__ = ['BatchHook', 'MicrobatchHook', 'kind', 'reshaped_error']
+__all__ = ['BatchHook', 'MicrobatchHook', 'add_note', 'note_reshaped']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
 
 
-def kind(batch: Batch) -> str:
-    """A batch's structure in words: ``tensor``, ``tuple of 2``, ``dict``, ``Record``."""
-    if hasattr(batch, 'shape') and hasattr(batch, 'dtype'):
-        return 'tensor'
-    if isinstance(batch, (list, tuple)):
-        return f'{type(batch).__name__} of {len(batch)}'
-    if isinstance(batch, Mapping):
-        return type(batch).__name__
-    return 'None' if batch is None else type(batch).__name__
-
-
 class BatchHook(TapsInside):
     """The batch-level hook: ``native`` (0.27+ ``batch_transforms``), then, at stage ``batch``, move + ``transform``.
+
+    At stage batch it does what 0.24.1's trainer did: ``state.batch`` becomes the moved batch, the transform runs on
+    it, and the loop's later moves in this step (Composer's per-microbatch move) leave what it returned as it is.
 
     Args:
         spec: The DataSpec whose hook the trainer read.
@@ -51,18 +40,20 @@ class BatchHook(TapsInside):
 
     def __call__(self, batch: Batch) -> Batch:
         spec, transform, native = self.spec, self.transform, self.native
+        frame = loops.current_frame()
+        if frame is not None:
+            frame.new_step()
         if native is not None and holds(native):  # Composer's own identity needs no call
             batch = call(spec, 'batch_transforms', native, batch)
-        frame = loops.current_frame()
         if not holds(transform) or frame is None:  # removed (``None``, ``del``), or called by hand outside a loop
             return batch
         assert transform is not None
         if stage_of(spec) == 'batch':
-            frame.reshaped = None
             moved = frame.device.batch_to_device(batch)
+            if frame.state is not None:
+                frame.state.batch = moved  # 0.24.1 assigned the moved batch before calling the transform
             out = call(spec, 'device_transforms', transform, moved)
-            if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
-                frame.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
+            frame.moved(transform, spec, moved, out)
             return out
         if native is not None:
             return batch  # 0.27+: the microbatch hook runs it after each move
@@ -100,9 +91,7 @@ class MicrobatchHook(TapsInside):
         return f'MicrobatchHook({spec_name(self.spec)}, transform={self.transform!r}, native={self.native!r})'
 
 
-#: What Composer's readers of a batch raise where they cannot take its structure.
-_READ_ERRORS = (ValueError, TypeError, NotImplementedError, AttributeError, IndexError, KeyError)
-#: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by the DataSpec attribute they serve.
+#: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by a part of their code's name.
 _READERS = (
     ('split', 'split_batch'),
     ('num_samples', 'get_num_samples_in_batch'),
@@ -111,32 +100,39 @@ _READERS = (
 
 
 def _reader(exc: BaseException) -> Optional[str]:
-    """What the trainer called that raised ``exc`` (``None``: compatshim's own code, or not the trainer's call)."""
+    """Which of Composer's readers of a batch the trainer called when ``exc`` was raised (``None``: not one)."""
     called, tb = None, exc.__traceback__
     while tb is not None:
         module = tb.tb_frame.f_globals.get('__name__', '')
         if module == notes.TRAINER_MODULE:
-            called = None
-        elif called is None:
-            code = tb.tb_frame.f_code
-            called = '' if module.startswith('compatshim.') else getattr(code, 'co_qualname', code.co_name)
-            if module == 'composer.core.data_spec':
-                called = next((name for part, name in _READERS if part in code.co_name), called)
+            called = ''
+        elif called == '':
+            name = tb.tb_frame.f_code.co_name
+            found = next((reader for part, reader in _READERS if part in name), None)
+            called = found if module == 'composer.core.data_spec' and found else None
         tb = tb.tb_next
     return called or None
 
 
-def reshaped_error(frame: loops.LoopFrame, exc: BaseException) -> Optional[TransformResultError]:
-    """The one-line error for ``exc``, raised by what read a batch whose structure a transform changed at stage batch
-    (``split_batch``, ``get_num_samples_in_batch``, ...), naming it, the transform and both structures; ``None`` for
-    any other exception (the transform's own propagate untouched)."""
-    reader = _reader(exc) if frame.reshaped is not None and isinstance(exc, _READ_ERRORS) else None
-    if reader is None or isinstance(exc, TransformResultError):
-        return None
+def note_reshaped(frame: loops.LoopFrame, exc: BaseException) -> None:
+    """Add a note to ``exc`` where it was raised by one of Composer's readers of a batch (``split_batch``, the sample
+    and token counts) in a step whose transform, at stage batch, returned another structure: the note names the
+    transform, the DataSpec and both structures. The exception's type and message are never changed."""
+    reader = _reader(exc) if frame.reshaped is not None else None
+    if reader is None:
+        return
     transform, before, after, spec = frame.reshaped  # type: ignore[misc]
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return TransformResultError(
-        f'compatshim: {reader} cannot take what device_transforms {transform!r} of {spec} returned: a {after} for '
-        f'a batch that was a {before} ({type(exc).__name__}: {first}). Return a structure it takes, or give the '
-        f'DataSpec a {reader} of your own.'
+    add_note(
+        exc,
+        f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: a {after} for a batch '
+        f'that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the DataSpec a '
+        f'{reader} of your own.',
     )
+
+
+def add_note(exc: BaseException, text: str) -> None:
+    """PEP 678's ``exc.add_note(text)``; on Python < 3.11, where tracebacks do not show them, ``__notes__`` alone."""
+    if hasattr(exc, 'add_note'):
+        exc.add_note(text)
+    else:
+        exc.__notes__ = [*getattr(exc, '__notes__', ()), text]  # type: ignore[attr-defined]

@@ -1,9 +1,11 @@
-"""Which Composer loop is running on this thread, and on which device.
+"""Which Composer loop is running on this thread, on which device, and what the shim did in its current step.
 
 The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
-trainer's own ``Device``. The loop patches (``patches/trainer.py``) push a frame for each train, eval or predict loop
-(eval inside ``fit`` nests), and the transforms read the innermost one. On 0.25–0.26, which have no per-microbatch
-hook, stage ``microbatch`` *arms* the frame: each move by that trainer's device is followed by the transform.
+trainer's own ``Device`` and ``State``. The loop patches (:mod:`compatshim.shim.trainer`) push a frame for each train,
+eval or predict loop (eval inside ``fit`` nests), and the hooks read the innermost one. While a frame needs it, the
+trainer's device's ``batch_to_device`` is interposed (on that ``Device`` instance only): after the shim moved a step's
+batch at stage batch, the loop's later moves in that step leave the batch as the transform returned it (0.24.1 split
+the moved batch and never moved it again); on 0.25–0.26 at stage microbatch, each move is followed by the transform.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 from compatshim.shim import patching
+from compatshim.shim.notes import kind, spec_name, transform_name
 
 __all__ = ['LoopFrame', 'current_frame', 'loop_frame']
 
@@ -25,24 +28,41 @@ _local = threading.local()
 
 @dataclasses.dataclass(eq=False)
 class LoopFrame:
-    """One running loop: the trainer's device, the mode, and (0.25–0.26, stage microbatch) the armed transform."""
+    """One running loop: the trainer's device and state, the mode, and what the shim did in the current step."""
 
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
+    state: Any = None
+    #: 0.25–0.26, stage microbatch: the transform run after each move by this frame's device.
     armed: Optional[Callable[[Batch], Batch]] = None
-    #: Stage batch: the transform that last changed its batch's structure, both structures and its DataSpec, named
-    #: where Composer cannot split or count the result.
+    #: Stage batch: the shim moved this step's batch; the loop's later moves in the step leave it as it is.
+    passed: bool = False
+    #: Stage batch: the transform that changed its batch's structure in this step, both structures and its DataSpec,
+    #: noted on an error of Composer's readers of the batch in this step.
     reshaped: Optional[tuple[str, str, str, str]] = None
-    #: The device's ``batch_to_device`` replaced by this frame's interposer, while armed.
+    #: The device's ``batch_to_device`` replaced by this frame's interposer.
     _interposed: Optional[patching.Swap] = None
+
+    def new_step(self) -> None:
+        """A new batch reached the shim's hook: what the last step's did no longer applies."""
+        self.passed = False
+        self.reshaped = None
+
+    def moved(self, transform: Any, spec: Any, moved: Batch, out: Batch) -> None:
+        """Stage batch: the shim moved this step's batch and ran ``transform`` on it, which returned ``out``."""
+        self.passed = True
+        self._interpose()
+        if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
+            self.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
 
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
         self.armed = transform
-        if not isinstance(vars(self.device).get('batch_to_device'), _MoveThenTransform):
-            self._interposed = patching.swap(
-                self.device, 'batch_to_device', lambda move: _MoveThenTransform(self.device, move)
-            )
+        self._interpose()
+
+    def _interpose(self) -> None:
+        if not isinstance(vars(self.device).get('batch_to_device'), _Interposer):
+            self._interposed = patching.swap(self.device, 'batch_to_device', lambda move: _Interposer(self.device, move))
 
     def close(self) -> None:
         if self._interposed is not None:
@@ -50,19 +70,22 @@ class LoopFrame:
             self._interposed = None
 
 
-class _MoveThenTransform:
-    """Stands in for ``device.batch_to_device`` while a frame is armed: move, then the innermost armed transform."""
+class _Interposer:
+    """Stands in for ``device.batch_to_device`` while a frame needs it: in the innermost frame of this device, the
+    batch as it is after the shim's move of the step, else the move (then the armed transform)."""
 
     def __init__(self, device: Any, move: Callable[[Batch], Batch]) -> None:
         self.device = device
         self.move = move
 
     def __call__(self, batch: Batch) -> Batch:
-        moved = self.move(batch)
         frame = current_frame()
-        if frame is not None and frame.device is self.device and frame.armed is not None:
-            return frame.armed(moved)
-        return moved
+        if frame is None or frame.device is not self.device:
+            return self.move(batch)
+        if frame.passed:
+            return batch
+        moved = self.move(batch)
+        return moved if frame.armed is None else frame.armed(moved)
 
 
 def _stack() -> list[LoopFrame]:
@@ -79,9 +102,9 @@ def current_frame() -> Optional[LoopFrame]:
 
 
 @contextlib.contextmanager
-def loop_frame(device: Any, mode: str) -> Iterator[LoopFrame]:
-    """Open a frame for one trainer loop; it closes (and un-arms its device) however the loop ends."""
-    frame = LoopFrame(device, mode)
+def loop_frame(device: Any, mode: str, state: Any = None) -> Iterator[LoopFrame]:
+    """Open a frame for one trainer loop; it closes (and restores its device) however the loop ends."""
+    frame = LoopFrame(device, mode, state)
     stack = _stack()
     stack.append(frame)
     try:

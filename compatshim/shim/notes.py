@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
+import types
 import weakref
+from types import FrameType
 from typing import Any, Callable, Optional
 
 from compatshim.config.support import Family, family_of, installed
@@ -36,6 +38,7 @@ __all__ = [
     'call',
     'find',
     'is_default',
+    'kind',
     'left_to_composer',
     'leave_to_composer',
     'holds',
@@ -44,7 +47,6 @@ __all__ = [
     'noted',
     'over',
     'read_by_trainer',
-    'resolve',
     'slots',
     'spec_name',
     'stage_of',
@@ -99,13 +101,38 @@ def spec_name(spec: Any) -> str:
 
 
 def transform_name(transform: Any) -> str:
-    """How messages name a transform: its qualified name, else its type's (a callable object)."""
-    return getattr(transform, '__qualname__', None) or type(transform).__name__
+    """How messages name a transform: a function's qualified name, else its type's (a callable object). Read past
+    the object's own ``__getattr__``, which may raise anything: the shim touches a transform only by calling it."""
+    try:
+        if isinstance(transform, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+            return str(transform.__qualname__)
+        return type(transform).__qualname__
+    except Exception:  # noqa: BLE001 (a name for a message never fails the run)
+        return type(transform).__qualname__
+
+
+def kind(batch: Any) -> str:
+    """A batch's structure in words: ``tensor``, ``tuple of 2``, ``dict``, ``Record`` (read past its attributes)."""
+    if type(batch).__module__.startswith('torch') and hasattr(type(batch), 'shape'):
+        return 'tensor'
+    if isinstance(batch, (list, tuple)):
+        return f'{type(batch).__name__} of {len(batch)}'
+    return 'None' if batch is None else type(batch).__name__
+
+
+def _composer_defaults() -> tuple[Any, ...]:
+    """Composer's own identity functions (``DataSpec._default_device_transforms`` / ``_default_transforms``), as
+    its class defines them (a subclass's own default is a transform like any other)."""
+    module = sys.modules.get('composer.core.data_spec')
+    cls = getattr(module, 'DataSpec', None)
+    held = vars(cls) if isinstance(cls, type) else {}
+    return tuple(held[name] for name in DEFAULTS if name in held)
 
 
 def is_default(value: Any) -> bool:
-    """Whether ``value`` is a DataSpec's own identity method (what a transform reads as when none was given)."""
-    return getattr(value, '__name__', None) in DEFAULTS and hasattr(value, '__self__')
+    """Whether ``value`` is Composer's own identity method bound to a DataSpec (what a transform reads as when none
+    was given); a subclass's override of it is not."""
+    return type(value) is types.MethodType and value.__func__ in _composer_defaults()
 
 
 def holds(value: Any) -> bool:
@@ -120,15 +147,6 @@ def own(spec: Any) -> dict[str, Any]:
     return held
 
 
-def resolve(spec: Any, name: str) -> Any:
-    """``spec.<name>`` as Python resolves it (an instance attribute, a subclass's method, a property), past
-    compatshim's own ``__getattribute__``; ``None`` where it has none."""
-    try:
-        return object.__getattribute__(spec, name)
-    except AttributeError:
-        return None
-
-
 def stage_of(spec: Any) -> Optional[str]:
     """The stage ``spec``'s ``device_transforms`` runs at: its own ``data_transfer_stage``, else the shim's."""
     stage: Optional[str] = own(spec).get(STAGE_ATTRIBUTE)
@@ -136,13 +154,15 @@ def stage_of(spec: Any) -> Optional[str]:
 
 
 def read_by_trainer() -> bool:
-    """Whether the attribute read being served (two frames up, past compatshim's own) is Composer's trainer's."""
-    frame = sys._getframe(2)
-    name: str = frame.f_globals.get('__name__', '')
-    while name.startswith('compatshim.') and frame.f_back is not None:
+    """Whether the attribute read being served is Composer's trainer's: the first caller past compatshim's own frames
+    and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the trainer's module."""
+    frame: Optional[FrameType] = sys._getframe(2)
+    while frame is not None:
+        name: str = frame.f_globals.get('__name__', '')
+        if not name.startswith('compatshim.') and frame.f_code.co_name != '__getattribute__':
+            return name == TRAINER_MODULE
         frame = frame.f_back
-        name = frame.f_globals.get('__name__', '')
-    return name == TRAINER_MODULE
+    return False
 
 
 def note(spec: Any, given: frozenset[str]) -> None:

@@ -1,6 +1,7 @@
 """Patch for ``composer.trainer.trainer.Trainer``: its train, eval and predict loops each open a loop frame
-(:mod:`compatshim.shim.loops`) naming the trainer's device; where Composer cannot split or count what a transform
-returned in another structure, the loop's error is said in one line (:func:`compatshim.shim.hooks.reshaped_error`)."""
+(:mod:`compatshim.shim.loops`) naming the trainer's device and state; where Composer's readers of a batch cannot take
+what a transform returned in another structure, their error propagates as raised, with a note
+(:func:`compatshim.shim.hooks.note_reshaped`)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,12 @@ def _make_loop(original: Callable[..., Any], record: patching.Patch, mode: str) 
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not record.active:
             return record.original(self, *args, **kwargs)
-        with _loop_frames.loop_frame(self.state.device, mode) as frame:
+        with _loop_frames.loop_frame(self.state.device, mode, self.state) as frame:
             try:
                 return record.original(self, *args, **kwargs)
             except Exception as exc:
-                reshaped = hooks.reshaped_error(frame, exc)
-                if reshaped is None:
-                    raise
-                raise reshaped from exc
+                hooks.note_reshaped(frame, exc)
+                raise
 
     return loop
 

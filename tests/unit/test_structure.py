@@ -275,7 +275,7 @@ PATH_NAMED = re.compile(
 )
 #: Stale references, each (module, path), left where a concurrent change owns the module: fixed by the shim work
 #: (issue 53); empty it then.
-STALE_PATHS = {('compatshim/shim/loops.py', 'patches/trainer.py')}
+STALE_PATHS: set[tuple[str, str]] = set()
 
 
 def missing_paths(source: str) -> list[str]:
