@@ -178,6 +178,10 @@ def _report_inputs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         )
     if not Path(args.baselines).is_dir() and not args.record:  # --record makes it: the first baselines of a device
         problems.append(f'--baselines {args.baselines}: no such directory (--record writes the first baselines there)')
+    elif not (args.record and args.replace):  # unless it replaces them: a baseline measured another way is refused
+        from compatshim.bench import gate
+
+        problems += gate.refused(found, args.baselines)
     if not args.no_png and importlib.util.find_spec('matplotlib') is None:
         problems.append('the charts need matplotlib (pip install "compatshim[bench]"); or pass --no-png')
     problems += [problem.removeprefix('compatshim: ') for problem in getattr(args, 'setting_problems', [])]

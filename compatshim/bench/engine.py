@@ -38,7 +38,7 @@ from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
-from compatshim.observe.work import Generators, WorkCounter, generators_kept, held_by
+from compatshim.observe.work import COUNTING, Generators, WorkCounter, generators_kept, held_by
 from compatshim.shim import api as shim
 from compatshim.shim import notes
 
@@ -582,9 +582,9 @@ def _git_commit() -> Optional[str]:
 
 
 def workload_keys(device: str, of: Size) -> dict[str, Any]:
-    """What a fingerprint says was measured: the device, the size and the engine's version (with a bench's own keys,
-    what a baseline must match), as a run says it before it runs."""
-    return {'device': device, 'size': dataclasses.asdict(of), 'workload_version': VERSION}
+    """What a fingerprint says was measured: the device, the size, the engine's version and how work is counted (with a
+    bench's own keys, what a baseline must match), as a run says it before it runs."""
+    return {'device': device, 'size': dataclasses.asdict(of), 'workload_version': VERSION, 'work_counting': COUNTING}
 
 
 def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from compatshim.bench.results import (
     reference_store,
 )
 
-__all__ = ['Judged', 'Judging', 'against_baselines', 'judge_all', 'judge_env', 'record_baselines']
+__all__ = ['Judged', 'Judging', 'against_baselines', 'judge_all', 'judge_env', 'record_baselines', 'refused']
 
 
 @dataclasses.dataclass
@@ -63,9 +63,27 @@ def judge_env(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optiona
     return Judged(result, baseline, named, rule.judge(result, baseline, METRICS, COMPARABLE_BY)), missing
 
 
+def refused(found: list[BenchResult], baselines: PathLike) -> list[str]:
+    """The results whose baseline is not comparable (another workload, or work counted another way), one line per
+    reason with what to do: ``compatshim report`` refuses them before judging, ``bench --baselines`` judges none."""
+    unlike: dict[str, list[str]] = {}
+    for result in found:
+        baseline = baseline_for(baselines, result)[0]
+        why = baseline and rule.unlike_baseline(result, baseline, COMPARABLE_BY)
+        if why:
+            unlike.setdefault(why, []).append(result.env)
+    return [f'not comparable with its baseline: {envs[0]}{f" (and {len(envs) - 1} more)" if envs[1:] else ""}: '
+            f'{why}; measure again with this compatshim, or re-record: tox -m report -- --record --replace'
+            for why, envs in unlike.items()]  # fmt: skip
+
+
 def against_baselines(result: BenchResult, baselines: PathLike) -> tuple[int, list[str]]:
     """``compatshim bench --baselines``: ``result`` judged by the rule of ``compatshim report`` (a regression, or no
-    baseline where the device has some, is exit 1): the exit code, and every outcome other than ok, one line each."""
+    baseline where the device has some, is exit 1; a baseline that is not comparable, exit 2): the exit code, and
+    every outcome other than ok, one line each."""
+    unlike = refused([result], baselines)
+    if unlike:
+        return _exits.NOT_DONE, unlike
     judged, missing = judge_env(result, baselines)
     lines = [j.line(result.env) for j in judged.judgements if j.outcome is not rule.Outcome.OK]
     failed = missing or judged.worst is rule.Outcome.REGRESSION

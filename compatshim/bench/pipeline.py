@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, TextIO
 
 from compatshim import _exits
-from compatshim.bench import engine, metrics, report, rule
+from compatshim.bench import engine, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.verdicts import verdicts
@@ -185,6 +185,7 @@ def refuse_unlike(
         raise _raised(name, exc) from None
     planned = {**engine.workload_keys(device, size), **_keys(name, _samples(name, pipeline, batch), pipeline)}
     unlike = comparable(planned, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
+    unlike = unlike or results.counted_apart(planned['work_counting'], baseline.work_counting)
     if unlike:
         raise PipelineError(
             f'the baseline {baseline_name!r} is not comparable: {unlike}; save a new one with --save {baseline_name}'
@@ -206,10 +207,10 @@ def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str
 
 def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
     """Judge ``result`` against its baseline ``name`` by the project's rule: the exit code (1: something worsened;
-    2: the baseline measured another pipeline, size or device; else 0) and the lines that say so (every outcome but
-    ok, then one line of the verdict). A leg new in this release, or gone, is reported, never judged; the shim's legs
-    that ran before are always judged (gone now: their placement says so)."""
-    unlike = comparable(result.fingerprint, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
+    2: the baseline measured another pipeline, size or device, or counted work another way; else 0) and the lines
+    that say so (every outcome but ok, then one line of the verdict). A leg new in this release, or gone, is reported,
+    never judged; the shim's legs that ran before are always judged (gone now: their placement says so)."""
+    unlike = rule.unlike_baseline(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
     if unlike:
         return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
     ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
@@ -226,17 +227,22 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
               for name in sorted(ran_before - ran - relied_on)]  # fmt: skip
     lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
-    lines += timing_sight(result, baseline)
-    worse = sum(j.outcome is rule.Outcome.REGRESSION for j in judgements)
-    worsened = f'{worse} worsened' if worse else 'nothing worsened'
-    lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {worsened}')
+    work = {j.metric.split(':')[0]: j.outcome for j in judgements if j.metric.endswith('work per call')}
+    lines += [f'work: {rule.WORK_RULE}'] if set(work.values()) - {rule.Outcome.OK} else []
+    lines += timing_sight(result, baseline, work)
+    outcomes = [j.outcome for j in judgements]
+    worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
+    said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
+    said += [f'{unsure} inconclusive, which decide nothing'] if unsure else []
+    lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {"; ".join(said)}')
     return (_exits.REGRESSION if worse else _exits.OK), lines
 
 
-def timing_sight(result: PipelineResult, baseline: PipelineResult) -> list[str]:
+def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome]) -> list[str]:
     """What the timings say of the transform, judged or not: its time per call now and in the baseline, and what the
     timing gate can see of it on this pipeline (its share of a step sets how much slower it must get to move the step
-    beyond the gate's minimum effect); the work counts see any growth."""
+    beyond the gate's minimum effect); that the work counts see any growth only where they judged it (``work``: each
+    leg's work outcome), on the same torch and Composer."""
     name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
     now, before = result.legs.get(name), baseline.legs.get(name)
     if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
@@ -244,10 +250,13 @@ def timing_sight(result: PipelineResult, baseline: PipelineResult) -> list[str]:
     per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
     step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer is the gate's minimum effect
     slower = 1 + step_change / now.transform_share
+    alike = (result.torch, result.composer) == (baseline.torch, baseline.composer)
+    judged = alike and work.get(name) not in (None, rule.Outcome.INCONCLUSIVE)
+    counted = ', the work counts see any growth' if judged else ''
     return [
         f'{name}: the transform {per_call[0]:.3g} ms per call, {per_call[1]:.3g} ms in the baseline '
         f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: the timing gate sees it '
-        f'from about {slower:.1f}x slower, the work counts see any growth'
+        f'from about {slower:.1f}x slower{counted}'
     ]
 
 

@@ -229,6 +229,13 @@ class Result:
     def affected(self) -> bool:
         return self.family != UNAFFECTED_FAMILY
 
+    @property
+    def work_counting(self) -> Optional[int]:
+        """How its work was counted (:data:`~compatshim.observe.work.COUNTING`; a result that does not say: 1, as
+        counted before it was said); ``None``: it counted no work."""
+        legs = [*self.legs.values(), *self.legs_of(recipe=True).values()]
+        return int(self.fingerprint.get('work_counting', 1)) if any(m.work for m in legs) else None
+
     def step_ms(self, name: str) -> list[float]:
         """A leg's step time per round, in ms (empty: not timed): the figures of the tables and the verdicts."""
         measured, steps = self.legs.get(name), self.fingerprint['size']['steps']
@@ -403,6 +410,13 @@ def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tupl
         if fingerprint.get(key) != baseline.get(key)
     ]
     return '; '.join(differ) or None
+
+
+def counted_apart(now: Optional[int], then: Optional[int]) -> Optional[str]:
+    """Why counts of work made by the method ``then`` (a baseline's) cannot be compared with those of ``now`` (``None``:
+    the same method, or one side counted none)."""
+    apart = None not in (now, then) and now != then
+    return f'work counted by method {then} in the baseline, {now} now' if apart else None
 
 
 class BaselineExistsError(FileExistsError):

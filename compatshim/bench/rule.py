@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.bench.results import LegResult, Overheads, Result, comparable, spread
+from compatshim.bench.results import LegResult, Overheads, Result, comparable, counted_apart, spread
 from compatshim.observe.placement import Placement, Word
 
 __all__ = ['ALPHA', 'RULE', 'Judgement', 'Kind', 'Outcome', 'SampleSource', 'judge', 'mann_whitney_p', 'worst']
@@ -248,14 +248,16 @@ class Exact(Kind):
 
 
 class WorkDone(Kind):
-    """A leg's transform's work per call (ops, bytes written, FLOPs: counted, not timed), against its baseline's on the
-    same torch and Composer exactly: more of any count is a regression, less of one and more of none an improvement
-    (the baseline is stale); across a torch or Composer upgrade a change is reported with the versions, never judged
-    (torch may decompose an op differently); where the work leaves torch (numpy, Python lists: not fully counted, now
-    or in the baseline) a change is *inconclusive*, never an improvement: the counts cannot see the rest."""
+    """A leg's transform's work per call, counted, not timed: every count of :meth:`Work.counts` (ops, bytes written,
+    FLOPs, and per route the elements that leave torch) against its baseline's exactly, by :data:`WORK_RULE`; across a
+    torch or Composer upgrade a change is reported with the versions, never judged (torch may decompose an op
+    differently)."""
 
     name, unit, holds = 'work', ' B/call', 'only the code: a count (and the torch release, which is said)'
-    sentence = "a transform's work per call (ops, bytes written, FLOPs) above its baseline's on the same torch"
+    sentence = (
+        "a transform's work per call above its baseline's on the same torch and Composer in any count (ops, bytes "
+        'written, FLOPs, elements leaving torch by a route) while no other count falls'
+    )
 
     def read(self, source: SampleSource, result: Result) -> list[Any]:
         measured = source.leg_of(result)
@@ -266,30 +268,26 @@ class WorkDone(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before, 'judged against a baseline'
         (new, on_now), (old, on_before) = now[0], before[0]
-        counts = [(what, getattr(old, what), getattr(new, what)) for what in ('ops', 'bytes', 'flops')]
-        changed = [f'{what} {_fmt(a)} -> {_fmt(b)}' for what, a, b in counts if a != b]
-        if on_now != on_before:
-            outcome = Outcome.OK if not changed else Outcome.INCONCLUSIVE
-            reason = (
-                f'{on_before} -> {on_now}: '
-                + ('; '.join(changed) or 'the same work')
-                + ' (not judged: another release)'
-            )
-        elif not (old.fully_counted and new.fully_counted) and (changed or old.outside != new.outside):
-            outside = new.outside_text() or old.outside_text()
-            when = 'now' if new.outside else 'in the baseline'
-            moved = '; '.join(changed) or f'where it leaves torch: {old.outside_text() or "nowhere"} -> {outside}'
-            outcome = Outcome.INCONCLUSIVE
-            reason = (
-                f'{moved} (not judged: its work left torch {when}, through {outside}, which the counts cannot see; '
-                'less counted work may be work moved out of torch, never an improvement by counts)'
-            )
-        elif not changed:
+        a, b = old.counts(), new.counts()
+        changed = [(what, a.get(what, 0.0), b.get(what, 0.0)) for what in {**a, **b} if a.get(what) != b.get(what)]
+        said = '; '.join(f'{what} {_fmt(x)} -> {_fmt(y)}' for what, x, y in changed)
+        rose, fell = any(y > x for _, x, y in changed), any(y < x for _, x, y in changed)
+        left = f' (its work leaves torch now, through {new.outside_text()})' if new.outside and not old.outside else ''
+        if not changed:
             outcome, reason = Outcome.OK, 'the same work'
-        elif any(b > a for _, a, b in counts):
-            outcome, reason = Outcome.REGRESSION, f'more work per call: {"; ".join(changed)} ({new.text()})'
+        elif on_now != on_before:
+            outcome, reason = Outcome.INCONCLUSIVE, f'{on_before} -> {on_now}: {said} (not judged: another release)'
+        elif rose and fell:
+            outcome = Outcome.INCONCLUSIVE
+            reason = f'{said}{left}: one count fell while another rose (work moved, between torch and numpy say)'
+        elif rose:
+            outcome, reason = Outcome.REGRESSION, f'more work per call: {said} ({new.text()})'
+        elif old.fully_counted:
+            outcome, reason = Outcome.IMPROVED, f'less work per call: {said}: the baseline is stale'
         else:
-            outcome, reason = Outcome.IMPROVED, f'less work per call: {"; ".join(changed)}: the baseline is stale'
+            outcome = Outcome.INCONCLUSIVE
+            where = new.outside_text() or old.outside_text()
+            reason = f'{said}: less counted work, never an improvement where work leaves torch (through {where})'
         return Judgement(metric, outcome, reason, old.bytes, new.bytes, 'exact', None, self.unit)
 
     def central(self, samples: list[Any]) -> Optional[float]:
@@ -400,28 +398,44 @@ WORK = WorkDone()
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
 
+#: The work rule, in the one sentence docs/pipeline.md and a compare that judged work per call state.
+WORK_RULE = (
+    'Work per call is gated exactly on the same torch and Composer: more of any count (ops, bytes written, FLOPs, or '
+    'elements leaving torch by a route such as Tensor.tolist) with none fewer is a regression naming it; one count '
+    'fewer while another is more (work moved between torch and numpy, say) is inconclusive and decides nothing; fewer '
+    'of every count is improved where no work left torch in the baseline, else inconclusive.'
+)
 #: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
 RULE = (
     "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
     f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence}, or '
     f'{BESIDE.sentence}; *improved* in the mirror case (the baseline is stale: re-record it); *inconclusive* when '
     'the change is beyond the minimum effect but the test does not support it, or there is no baseline; *not '
-    'comparable* when the baseline measured another workload; *ok* otherwise. A regression without a test: '
-    f'{HOOK_SHARE.sentence}; {MONITOR_SHARE.sentence}; {BYTES.sentence}; {ON_DEVICE.sentence}; '
-    f'{NOTHING_PATCHED.sentence}; {PLACEMENT_AS_BEFORE.sentence}; {CALLS.sentence}; {WORK.sentence}. What can '
+    'comparable* when the baseline measured another workload or counted work another way; *ok* otherwise. A '
+    f'regression without a test: {HOOK_SHARE.sentence}; {MONITOR_SHARE.sentence}; {BYTES.sentence}; '
+    f'{ON_DEVICE.sentence}; {NOTHING_PATCHED.sentence}; {PLACEMENT_AS_BEFORE.sentence}; {CALLS.sentence}; '
+    f'{WORK.sentence}. What can '
     "move each: nothing but the code moves a count or a check; a same-run ratio's two legs do the same work by "
     'different routes in the same rounds, so neither a slower machine nor a slow phase moves it; a share is held to '
     'a stated limit, not to a baseline, and the limit lies far above what any machine measured; a pipeline leg '
     'against its ceiling is unlike work, which another machine can move by about its minimum effect, so a pipeline '
     'is compared with a baseline saved on the same kind of runner, and only where the rounds of both were stable. '
     'Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are reported, never judged. Any '
-    'regression exits 1, and so does a release without a baseline where its device has some.'
+    'regression exits 1, and so does a release without a baseline where its device has some; a baseline that is not '
+    'comparable is refused (exit 2: re-record it).'
 )
+
+
+def unlike_baseline(result: Result, baseline: Result, keys: tuple[str, ...]) -> Optional[str]:
+    """Why ``baseline`` cannot be compared with ``result`` (``None``: it can): another workload by ``keys``, or work
+    counted another way (a count is compared only with a count made the same way)."""
+    unlike = comparable(result.fingerprint, baseline.fingerprint, keys)
+    return unlike or counted_apart(result.work_counting, baseline.work_counting)
 
 
 def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> list[Judgement]:
     """Every gated metric of ``metrics`` in ``result``, against ``baseline`` (``None``: none) alike in ``keys``."""
-    unlike = None if baseline is None else comparable(result.fingerprint, baseline.fingerprint, keys)
+    unlike = None if baseline is None else unlike_baseline(result, baseline, keys)
     out = []
     for metric in metrics:
         now = metric.read(result) if metric.gated_for(result) else []
@@ -438,6 +452,6 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
             continue
         outcome = Outcome.NOT_COMPARABLE if unlike else Outcome.INCONCLUSIVE
         why = 'no baseline' if baseline is None else 'not measured in the baseline'
-        why = f'another workload: {unlike}' if unlike else why
+        why = f'not comparable: {unlike}' if unlike else why
         out.append(Judgement(metric.id, outcome, why, current=kind.central(now), unit=kind.unit))
     return out

@@ -105,8 +105,8 @@ def _words(compared: Comparison, other: str) -> str:
 
 
 def partly_counted(result: PipelineResult) -> list[str]:
-    """The transform named where its work left torch in a leg (numpy, Python lists): its counts are not all of its
-    work, so a change in them is reported, never judged (an improvement included)."""
+    """The transform named where its work left torch in a leg (numpy, Python lists): the counts see the elements that
+    leave (a count per route, gated like the others), not the work done with them."""
     legs = [name for name, measured in result.legs.items() if measured.work is not None and measured.work.outside]
     if not legs:
         return []
@@ -114,8 +114,8 @@ def partly_counted(result: PipelineResult) -> list[str]:
     assert work is not None
     return [
         f'work: the transform of {result.pipeline} is not fully counted — its work leaves torch through '
-        f'{work.outside_text()} ({", ".join(legs)}), which the counts cannot see: a change in its counts is '
-        'reported, never judged (not as an improvement either)'
+        f'{work.outside_text()} ({", ".join(legs)}): those elements are counted per route and gated like its other '
+        'counts; the work done with them outside torch is not'
     ]
 
 

@@ -276,3 +276,141 @@ def test_the_generators_kept_are_every_devices_torch_has_here() -> None:
             torch.manual_seed(0)
             torch.rand(3, device='cuda')
         assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), on_cuda))
+
+
+# --- the gate on three kinds of transform (issue 52), judged in process: counted here, compared by the pipeline's gate
+
+
+def random_crop(times: int = 1, tenth: bool = False) -> Any:
+    """The most common augmentation idiom: offsets drawn by torch and read into Python (``.tolist()``, 2 elements)."""
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        for _ in range(times):
+            i, j = torch.randint(0, 9, (2,)).tolist()
+            out = batch[:, :, i : i + 24, j : j + 24].float().div(255)
+        return _jitter(out) if tenth else out
+
+    return transform
+
+
+def torchvision_v2(times: int = 1, tenth: bool = False) -> Any:
+    """A torchvision v2 pipeline: its random parameters are read with ``.item()`` inside."""
+    v2 = pytest.importorskip('torchvision.transforms.v2')
+    steps = v2.Compose([v2.RandomResizedCrop(24, antialias=True), v2.RandomHorizontalFlip()])
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        for _ in range(times):
+            out = steps(batch.float())
+        return _jitter(out) if tenth else out
+
+    return transform
+
+
+def numpy_mask(times: int = 1, tenth: bool = False) -> Any:
+    """A mask drawn by numpy, handed to torch (100 elements per call)."""
+    numpy = pytest.importorskip('numpy')
+    state = numpy.random.RandomState(0)
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        for _ in range(times):
+            out = batch.float() * torch.as_tensor(state.rand(10, 1, 1, 1) > 0.1)
+        return _jitter(out) if tenth else out
+
+    return transform
+
+
+def _jitter(out: torch.Tensor) -> torch.Tensor:
+    """A jitter over a tenth of the batch: a tenth heavier."""
+    n = max(1, len(out) // 10)
+    out[:n] = out[:n] + 0.05 * torch.randn_like(out[:n])
+    return out
+
+
+def _results(base: Any, now: Any) -> list[Any]:
+    """A recorded pipeline run whose shim legs counted ``now``, and one that counted ``base`` (the transform a fifth of
+    a step in both), each counted from one seeded state as the bench does."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from compatshim.bench.results import PipelineResult
+    from compatshim.observe.work import COUNTING
+
+    recorded = Path(__file__).parents[1] / 'data' / 'pipeline' / 'main.json'
+    results = []
+    for transform in (now, base):
+        result = PipelineResult.from_json(json.loads(recorded.read_text()))
+        torch.manual_seed(0)
+        work = _count(transform, calls=4)
+        for leg in ('shim-batch', 'shim-microbatch'):
+            result.legs[leg].work, result.legs[leg].transform_share = copy.copy(work), 0.2
+        result.fingerprint['work_counting'] = COUNTING
+        results.append(result)
+    return results
+
+
+def _gated(base: Any, now: Any) -> tuple[int, list[str]]:
+    """``pipeline.compare`` of :func:`_results`: the exit code and the lines."""
+    from compatshim.bench import pipeline
+
+    return pipeline.compare(*_results(base, now), 'base')
+
+
+@pytest.mark.parametrize('kind', [random_crop, torchvision_v2, numpy_mask], ids=lambda kind: kind.__name__)
+def test_twice_the_work_or_a_tenth_more_fails_the_compare_and_unchanged_passes(kind: Any) -> None:
+    """Issue 52: with the random crop's ``.tolist()`` every count went unjudged, and twice the work or a tenth more
+    exited 0 beside "nothing worsened". Each kind of transform: unchanged exits 0 saying nothing worsened and that the
+    counts see any growth; twice the work and a tenth heavier exit 1, naming ops and bytes on each shim leg."""
+    code, lines = _gated(kind(), kind())
+    assert code == 0 and lines[-1].endswith('nothing worsened'), lines
+    assert any(line.endswith('the work counts see any growth') for line in lines), lines
+    for heavier in (kind(times=2), kind(tenth=True)):
+        code, lines = _gated(kind(), heavier)
+        assert code == 1 and lines[-1].endswith('2 worsened'), lines
+        for leg in ('shim-batch', 'shim-microbatch'):
+            line = next(line for line in lines if line.startswith(f'REGRESSION uint8_pipeline:pipeline {leg}: work'))
+            assert 'more work per call: ops ' in line and '; bytes ' in line, line
+        assert any(line.startswith('work: Work per call is gated exactly') for line in lines), lines
+
+
+def test_work_moved_from_torch_to_numpy_is_inconclusive_never_improved_nor_a_quiet_pass() -> None:
+    """A flip done by numpy instead of torch: fewer ops and bytes, more elements leaving torch. Inconclusive on each
+    leg, naming what fell and what rose; the last line counts them and says they decide nothing (never "nothing
+    worsened"), and the timing line does not claim that the counts see any growth."""
+    numpy = pytest.importorskip('numpy')
+
+    def in_torch(batch: torch.Tensor) -> torch.Tensor:
+        return batch.flip(-1).float()
+
+    def in_numpy(batch: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(numpy.ascontiguousarray(batch.numpy()[..., ::-1])).float()
+
+    code, lines = _gated(in_torch, in_numpy)
+    assert code == 0 and not any(line.startswith(('IMPROVED', 'REGRESSION')) for line in lines), lines
+    unsure = [line for line in lines if line.startswith('INCONCLUSIVE') and 'work per call' in line]
+    assert len(unsure) == 2 and all('Tensor.numpy elements 0 -> 30,720' in line for line in unsure), unsure
+    assert all('its work leaves torch now' in line and 'fell while another rose' in line for line in unsure), unsure
+    assert 'nothing worsened' not in lines[-1] and lines[-1].endswith('2 inconclusive, which decide nothing'), lines
+    assert not any('work counts see any growth' in line for line in lines), lines
+
+
+def test_a_baseline_counted_another_way_is_refused_in_one_line_before_and_after_measuring() -> None:
+    """A baseline saved before the counting method changed (one that does not say: method 1): refused as not
+    comparable in one line telling to save it again (exit 2), before anything is measured and by the compare, never
+    judged (twice the work against it would otherwise regress)."""
+    from compatshim.bench import engine, pipeline
+
+    now, before = _results(random_crop(), random_crop(times=2))
+    del before.fingerprint['work_counting']
+    code, lines = pipeline.compare(now, before, 'base')
+    said = "NOT COMPARABLE with 'base': work counted by method 1 in the baseline, 2 now; save a new baseline with"
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(said), lines
+    size, batch = pipeline.size_of('quick'), torch.zeros(10, 3, 32, 32, dtype=torch.uint8)
+    made = pipeline.as_pipeline({'dataloader': [batch], 'transform': random_crop()}, 'crop')
+    before.fingerprint.update(engine.workload_keys('cpu', size), pipeline='crop', samples_per_step=10)
+    before.fingerprint['microbatch_size'] = 10
+    del before.fingerprint['work_counting']
+    with pytest.raises(pipeline.PipelineError, match='not comparable: work counted by method 1 in the baseline, 2'):
+        pipeline.refuse_unlike('crop', made, before, 'base', 'cpu', size)
+    before.fingerprint['work_counting'] = 2
+    pipeline.refuse_unlike('crop', made, before, 'base', 'cpu', size)  # counted alike: measured and judged

@@ -8,6 +8,7 @@ Composer, nothing timed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -585,3 +586,77 @@ def test_a_timing_is_never_judged_where_the_rounds_of_the_baseline_or_the_run_we
         j.metric: j.outcome for j in rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)
     }
     assert outcome['shim-batch/ceiling'] == 'regression', outcome
+
+
+#: Copies of sets in the shared measurements (unchanged code's ``tox -m report`` on machines the developers do not
+#: have): 2026-12-03b counted work by method 1 (before issue 46), 2026-12-05 by method 2 without saying so. The
+#: 2026-12-03 set is ``third-machine``; the 2026-12-02 set (schema 4) is ``schema4``'s.
+MEASUREMENTS = ROOT / 'tests' / 'data' / 'measurements'
+ELSEWHERE = [THIRD_MACHINE / 'quiet', THIRD_MACHINE / 'loaded', ROOT / 'tests' / 'data' / 'schema4']
+ELSEWHERE += sorted(MEASUREMENTS.glob('*/*'))
+
+
+def _judge_again(folder: Path, tmp_path: Path, capsys: Any) -> tuple[int, str]:
+    args = ['report', '--results', str(folder), '--baselines', str(BASELINES), '--out', str(tmp_path / 'out')]
+    code = _cli.main([*args, '--no-png'])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize('folder', ELSEWHERE, ids=lambda path: path.relative_to(ROOT / 'tests' / 'data').as_posix())
+def test_every_set_measured_elsewhere_is_no_regression_or_refused(folder: Path, tmp_path: Path, capsys: Any) -> None:
+    """Issue 52: unchanged code measured on another machine before issue 46 changed how work is counted exited 1 against
+    the re-recorded baselines (14 work regressions: ops 19.5 -> 20, 55.75 -> 56). Every set judged by ``compatshim
+    report`` against the committed baselines now exits 0, or is refused as not comparable (exit 2), never 1."""
+    code, out = _judge_again(folder, tmp_path, capsys)
+    assert code in (0, 2), out
+    if MEASUREMENTS in folder.parents:  # they counted work, and did not say how: refused in one line, nothing judged
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        assert 'work counted by method 2 in the baseline, 1 now' in out and '--record --replace' in out, out
+
+
+@pytest.mark.parametrize('run', ['quiet', 'loaded'])
+def test_counts_are_compared_only_with_counts_made_the_same_way(run: str, tmp_path: Path, capsys: Any) -> None:
+    """What the refusal holds off: the sets' counts judged as if made the same way as the baselines' exit 1 where they
+    were not (2026-12-03b, each leg's check steps from another state) and 0 where they were (2026-12-05, the code of
+    the baselines); the committed baselines and report say the method they were counted by."""
+    from compatshim.observe.work import COUNTING
+
+    for name, code in (('other-machine-2026-12-03b', 1), ('other-machine-2026-12-05', 0)):
+        said = []
+        for result in gather([MEASUREMENTS / name / run]):
+            result.fingerprint['work_counting'] = COUNTING
+            said.append(result)
+        (tmp_path / name).mkdir()
+        assert _report(tmp_path / name, *said)[0] == code, capsys.readouterr().out
+    assert {recorded(env).work_counting for env in RECORDED} == {COUNTING}
+    assert {r.work_counting for r in gather([REPORT / 'report.json'])} == {COUNTING}
+
+
+def test_a_baseline_counted_another_way_is_refused_by_every_gate(tmp_path: Path, capsys: Any) -> None:
+    """The reference gate (``compatshim report``, ``bench --baselines``) and the rule refuse a baseline whose work was
+    counted by another method: exit 2 in one line, every metric against it not comparable, never a regression. A
+    result that counted no work is judged as before."""
+    result = recorded('composer0.28.0-cpu')
+    older = copy.deepcopy(result)
+    del older.fingerprint['work_counting']  # written before results said it: method 1
+    baselines = tmp_path / 'baselines'
+    record_baseline(older, baselines)
+    heavier = copy.deepcopy(result)
+    work = heavier.legs['shim-batch'].work
+    assert work is not None
+    heavier.legs['shim-batch'].work = dataclasses.replace(work, ops=work.ops * 2)
+    judgements = judged(heavier, older)
+    assert rule.worst(judgements) == 'not comparable' and 'regression' not in {j.outcome for j in judgements}
+    code, lines = gate.against_baselines(heavier, baselines)
+    assert code == 2 and len(lines) == 1 and 'work counted by method 1 in the baseline, 2 now' in lines[0], lines
+    assert _report(tmp_path, heavier, baselines=baselines)[0] == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith('compatshim report: not comparable with its baseline: composer0.28.0-cpu: work')
+        and len(err.strip().splitlines()) == 1
+    ), err
+    uncounted = copy.deepcopy(older)
+    for leg in (*uncounted.legs.values(), *uncounted.recipe.values()):
+        leg.work = None
+    assert uncounted.work_counting is None and gate.refused([uncounted], baselines) == []

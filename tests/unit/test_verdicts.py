@@ -10,7 +10,7 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -152,27 +152,66 @@ def test_every_run_made_of_two_runs_rounds_gives_the_same_words() -> None:
         assert tuple(_words(_runs_of(recorded, list(rounds)))) == said, rounds
 
 
-def test_a_count_change_of_work_that_leaves_torch_is_never_an_improvement() -> None:
-    """Issue 46: flip masks drawn by numpy instead of torch counted an op less (12 -> 11) and the compare said
-    IMPROVED, exit 0. Where the work leaves torch, now or in the baseline, a change is inconclusive, saying why; the
-    verdicts name the transform as not fully counted."""
-    from compatshim.bench import rule
-    from compatshim.bench.verdicts import partly_counted
+ON = 'torch 2.7.0, Composer 0.32.1'
+
+
+def _work(ops: float, nbytes: float, tolist: float = 0, numpy: float = 0, masks: float = 0) -> Any:
+    """A count per call, with the elements that leave torch by three routes (0: none)."""
     from compatshim.observe.work import Work
 
-    on = 'torch 2.7.0, Composer 0.32.1'
-    torch_masks = Work(2, 12.0, {'float32': 1000.0}, 0.0)
-    numpy_masks = Work(2, 11.0, {'float32': 1000.0}, 0.0, {'numpy array into torch.as_tensor': 32.0})
-    for before, now in ((torch_masks, numpy_masks), (numpy_masks, Work(2, 10.0, {'float32': 900.0}, 0.0))):
-        judged = rule.WORK.judge('shim-batch: work per call', [(now, on)], [(before, on)])
-        assert judged.outcome is rule.Outcome.INCONCLUSIVE, judged
-        assert 'not judged: its work left torch' in judged.reason and 'never an improvement' in judged.reason
-    same = rule.WORK.judge('w', [(numpy_masks, on)], [(numpy_masks, on)])
-    assert same.outcome is rule.Outcome.OK
-    more_outside = Work(2, 11.0, {'float32': 1000.0}, 0.0, {'numpy array into torch.as_tensor': 64.0})
-    assert rule.WORK.judge('w', [(more_outside, on)], [(numpy_masks, on)]).outcome is rule.Outcome.INCONCLUSIVE
-    fewer = Work(2, 11.0, {'float32': 1000.0}, 0.0)
-    assert rule.WORK.judge('w', [(fewer, on)], [(torch_masks, on)]).outcome is rule.Outcome.IMPROVED  # all counted
+    routes = {'Tensor.tolist': tolist, 'Tensor.numpy': numpy, 'numpy array into torch.as_tensor': masks}
+    return Work(2, ops, {'float32': nbytes}, 0.0, {route: n for route, n in routes.items() if n})
+
+
+def _judged(before: Any, now: Any, on: str = ON) -> Any:
+    from compatshim.bench import rule
+
+    return rule.WORK.judge('shim-batch: work per call', [(now, on)], [(before, ON)])
+
+
+#: The random-crop idiom of issue 52 (``i, j = torch.randint(0, 9, (2,)).tolist()``), as the user's compares counted it.
+CROP = {'unchanged': (12, 2_580_656, 2), 'twice': (23, 4_768_096, 4), 'a tenth heavier': (16, 3_010_736, 2)}
+
+
+@pytest.mark.parametrize('change', ['twice', 'a tenth heavier'])
+def test_every_count_is_gated_exactly_the_elements_that_leave_torch_included(change: str) -> None:
+    """Issue 52: a random crop read through ``.tolist()`` (2 elements per call) made every count unjudged, and twice the
+    work, or a tenth more, exited 0. The elements that leave torch are a count per route like the others: more work
+    with none fewer is a regression naming ops and bytes (and the route where it rose); the same counts are ok."""
+    from compatshim.bench import rule
+
+    ops, nbytes, elements = CROP['unchanged']
+    base = _work(ops, nbytes, tolist=elements)
+    assert _judged(base, _work(ops, nbytes, tolist=elements)).outcome is rule.Outcome.OK
+    ops, nbytes, elements = CROP[change]
+    judged = _judged(base, _work(ops, nbytes, tolist=elements))
+    assert judged.outcome is rule.Outcome.REGRESSION, judged
+    assert 'more work per call: ops 12 -> ' in judged.reason and 'bytes 2,580,656 -> ' in judged.reason, judged
+    assert ('Tensor.tolist elements 2 -> 4' in judged.reason) is (change == 'twice'), judged
+    more_out = _judged(base, _work(12, nbytes, tolist=elements, numpy=3072))  # only a route rose
+    assert more_out.outcome is rule.Outcome.REGRESSION and 'Tensor.numpy elements 0 -> 3,072' in more_out.reason
+
+
+def test_one_count_down_while_another_rises_is_inconclusive_never_improved() -> None:
+    """Issue 46's case: flip masks drawn by numpy instead of torch counted an op less and read IMPROVED. Work moved
+    between torch and numpy (one count falls, another rises) is inconclusive, naming both, and "now" only where the
+    baseline's work did not leave torch; fewer of every count is improved only where no work left torch."""
+    from compatshim.bench import rule
+    from compatshim.bench.verdicts import partly_counted
+
+    torch_masks, numpy_masks = _work(12, 1000), _work(11, 1000, masks=32)
+    moved = _judged(torch_masks, numpy_masks)
+    assert moved.outcome is rule.Outcome.INCONCLUSIVE, moved
+    assert 'ops 12 -> 11' in moved.reason and 'as_tensor elements 0 -> 32' in moved.reason, moved
+    assert 'its work leaves torch now' in moved.reason and 'one count fell while another rose' in moved.reason
+    back = _judged(numpy_masks, _work(13, 1000, masks=16))
+    assert back.outcome is rule.Outcome.INCONCLUSIVE and 'now' not in back.reason, back
+    assert _judged(numpy_masks, _work(10, 900)).outcome is rule.Outcome.INCONCLUSIVE  # its numpy share unseen
+    assert _judged(numpy_masks, _work(10, 1000, masks=32)).outcome == 'inconclusive'
+    assert _judged(torch_masks, _work(11, 900)).outcome is rule.Outcome.IMPROVED  # fully counted on both sides
+    upgrade = _judged(torch_masks, _work(13, 1000), on='torch 2.8.0, Composer 0.32.1')
+    assert upgrade.outcome is rule.Outcome.INCONCLUSIVE and 'another release' in upgrade.reason, upgrade
+    assert 'fewer while another is more' in rule.WORK_RULE and 'Tensor.tolist' in rule.WORK_RULE
     result = PipelineResult.from_json(
         json.loads(next((Path(__file__).parents[1] / 'data' / 'pipeline').glob('*.json')).read_text())
     )
@@ -181,4 +220,10 @@ def test_a_count_change_of_work_that_leaves_torch_is_never_an_improvement() -> N
     result.legs[name].work = numpy_masks
     said = partly_counted(result)
     assert said and f'the transform of {result.pipeline} is not fully counted' in said[0] and name in said[0], said
-    assert said[0] in verdicts(result)
+    assert 'gated like its other counts' in said[0] and said[0] in verdicts(result)
+
+
+def test_the_work_rule_is_the_sentence_of_the_docs() -> None:
+    from compatshim.bench import rule
+
+    assert rule.WORK_RULE in ' '.join((ROOT / 'docs' / 'pipeline.md').read_text().split())
