@@ -97,7 +97,9 @@ def _by_position(
     key = f'positions:{len(args)}'
     if key not in STATE.warned:
         STATE.warned.add(key)
-        said = '; '.join(f'position {i} is {mine} here and was {theirs} on Composer 0.24.1' for i, mine, theirs in moved)
+        said = '; '.join(
+            f'position {i} is {mine} here and was {theirs} on Composer 0.24.1' for i, mine, theirs in moved
+        )
         warnings.warn(
             f'compatshim: DataSpec got {len(args)} positional arguments: {said}. They are read as this release reads '
             f'them; pass them by keyword ({", ".join(f"{theirs}=..." for _, _, theirs in moved if theirs)}) to say '

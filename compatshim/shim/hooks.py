@@ -5,15 +5,18 @@ The hooks hold no copy of the transform: they are made at the trainer's read (on
 from what ``spec.device_transforms`` resolves to then — an instance attribute, a subclass's method, a property —
 exactly as 0.24.1's trainer read it at every batch. :class:`BatchHook` stands for the batch-level hook
 (``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), :class:`MicrobatchHook` for the microbatch-level
-one (``microbatch_transforms``, 0.27+). Every transform they run is called through the DataSpec's taps (:func:`compatshim.shim.notes.call`).
+one (``microbatch_transforms``, 0.27+). Every transform they run is called through the DataSpec's taps
+(:func:`compatshim.shim.notes.call`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from compatshim.config.support import Family
 from compatshim.shim import loops, notes
 from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
+from compatshim.shim.registry import STATE
 
 __all__ = ['BatchHook', 'MicrobatchHook', 'add_note', 'note_reshaped']
 
@@ -24,8 +27,9 @@ Transform = Callable[[Batch], Batch]
 class BatchHook(TapsInside):
     """The batch-level hook: ``native`` (0.27+ ``batch_transforms``), then, at stage ``batch``, move + ``transform``.
 
-    At stage batch it does what 0.24.1's trainer did: ``state.batch`` becomes the moved batch, the transform runs on
-    it, and the loop's later moves in this step (Composer's per-microbatch move) leave what it returned as it is.
+    At stage batch it does what 0.24.1's trainer did, with a transform or without: the whole batch is moved,
+    ``state.batch`` becomes the moved batch, the transform runs on it, and the loop's later moves in this step
+    (Composer's per-microbatch move) leave what it returned as it is.
 
     Args:
         spec: The DataSpec whose hook the trainer read.
@@ -45,17 +49,20 @@ class BatchHook(TapsInside):
             frame.new_step()
         if native is not None and holds(native):  # Composer's own identity needs no call
             batch = call(spec, 'batch_transforms', native, batch)
-        if not holds(transform) or frame is None:  # removed (``None``, ``del``), or called by hand outside a loop
+        if frame is None:  # called by hand outside a loop
             return batch
-        assert transform is not None
+        held = holds(transform)  # not ``None`` (or ``del``), not Composer's identity
         if stage_of(spec) == 'batch':
             moved = frame.device.batch_to_device(batch)
             if frame.state is not None:
                 frame.state.batch = moved  # 0.24.1 assigned the moved batch before calling the transform
-            out = call(spec, 'device_transforms', transform, moved)
+            out = call(spec, 'device_transforms', transform, moved) if held else moved  # type: ignore[arg-type]
             frame.moved(transform, spec, moved, out)
             return out
-        if native is not None:
+        if not held:
+            return batch
+        assert transform is not None
+        if STATE.family is not Family.HOST:
             return batch  # 0.27+: the microbatch hook runs it after each move
         if frame.mode == 'predict':
             return call(spec, 'device_transforms', transform, batch)  # 0.25–0.26 predict moves the whole batch first

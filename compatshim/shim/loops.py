@@ -62,7 +62,9 @@ class LoopFrame:
 
     def _interpose(self) -> None:
         if not isinstance(vars(self.device).get('batch_to_device'), _Interposer):
-            self._interposed = patching.swap(self.device, 'batch_to_device', lambda move: _Interposer(self.device, move))
+            self._interposed = patching.swap(
+                self.device, 'batch_to_device', lambda move: _Interposer(self.device, move)
+            )
 
     def close(self) -> None:
         if self._interposed is not None:
