@@ -28,6 +28,7 @@ from compatshim import _cli, _exits  # noqa: E402
 from compatshim.bench import metrics, rule  # noqa: E402
 from compatshim.config import settings as _settings  # noqa: E402
 from compatshim.config import support as _support  # noqa: E402
+from compatshim.config.differences import DIFFERENCES  # noqa: E402
 
 __all__ = [
     'FILES',
@@ -283,6 +284,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     'cli': cli_reference,
     'three-ways': lambda: THREE_WAYS,
     'stages': lambda: STAGES,
+    'differences': lambda: '\n'.join(f'- **{name}**: {text}' for name, text in DIFFERENCES.items()),
 }
 BLOCK = re.compile(r'(<!-- begin generated: ([a-z-]+) -->\n)(.*?)(<!-- end generated: \2 -->)', re.S)
 #: The files that may hold generated blocks.

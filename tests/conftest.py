@@ -146,6 +146,16 @@ def pytest_addoption(parser: Any) -> None:
         choices=('unit', 'release', 'family', 'python', 'forward'),
         help='run the tests of this role here, whatever the env is (default: what this env is, tests/matrix_env.py)',
     )
+    parser.addoption(
+        '--conformance-record', action='store_true', help='write the traces of 0.24.1 (tests/conformance; its env only)'
+    )
+    parser.addoption(
+        '--conformance-seeds',
+        type=int,
+        default=0,
+        metavar='N',
+        help='add generated programs 0..N-1 (tests/conformance)',
+    )
 
 
 def pytest_configure(config: Any) -> None:

@@ -1,0 +1,103 @@
+"""The program generator of the conformance suite: the axes of what user code written for 0.24.1 reaches, and the
+programs built from them.
+
+A program is one value on each axis (:data:`AXES`). :func:`all_pairs` builds a small set in which every pair of values
+of any two axes appears in some program (greedy, deterministic); :func:`from_seed` builds program N from seed N, for
+more programs on demand. :func:`script` writes a program as a stand-alone script, for a failing one.
+
+Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from typing import Any
+
+__all__ = ['AXES', 'Program', 'all_pairs', 'from_seed', 'key', 'script']
+
+Program = dict[str, str]
+
+#: Each axis and its values (the first is the plainest).
+AXES: dict[str, tuple[str, ...]] = {
+    # How the transform is given.
+    'given': ('keyword', 'position', 'position5', 'assigned_before', 'assigned_between', 'callback', 'none', 'del'),
+    # The DataSpec: Composer's, a subclass with a method, a property, its own default, its own __getattribute__, one
+    # that never runs the base __init__; a shallow copy, a pickle round trip.
+    'spec': (
+        'plain',
+        'sub_method',
+        'sub_property',
+        'own_default',
+        'own_getattribute',
+        'no_base_init',
+        'copy',
+        'pickle',
+    ),
+    # The transform's shape.
+    'transform': ('function', 'lambda', 'partial', 'bound_method', 'module', 'getattr_object', 'torchvision_v2'),
+    # What it does: changes the structure (a tuple for the list, a dict), leaves a part on the host, reads
+    # state.batch, modifies in place, raises.
+    'effect': ('plain', 'restructure', 'to_dict', 'host', 'state_batch', 'inplace', 'raises'),
+    # The loop: fit on the Trainer's dataloader, fit's own argument (two fits), an evaluator, predict.
+    'loop': ('train', 'fit_args', 'eval', 'predict'),
+    'microbatch': ('none', 'int', 'auto'),
+    # A Trainer subclass that overrides each loop method and calls super().
+    'trainer': ('plain', 'subclass'),
+    # A callback that records where state.batch is at each event.
+    'events': ('none', 'record'),
+    # An error raised later by the user's own code: the model, a callback (a NaN guard), the dataset.
+    'later': ('none', 'model', 'callback', 'dataset'),
+}
+
+
+def key(program: Program) -> str:
+    """A program's name: its axis values in axis order."""
+    return '-'.join(program[axis] for axis in AXES)
+
+
+def _pairs(program: Program) -> set[tuple[str, str, str, str]]:
+    return {(a, program[a], b, program[b]) for a, b in itertools.combinations(AXES, 2)}
+
+
+def all_pairs() -> list[Program]:
+    """Programs covering every pair of values of any two axes, each program chosen greedily to cover the most pairs
+    not yet covered (candidates drawn from a fixed seed: the same set on every run)."""
+    rng = random.Random(20261205)
+    missing = {
+        (a, va, b, vb) for a, b in itertools.combinations(AXES, 2) for va in AXES[a] for vb in AXES[b]
+    }  # fmt: skip
+    programs: list[Program] = []
+    while missing:
+        a, va, b, vb = min(missing)
+        best: tuple[int, Program] = (-1, {})
+        for _ in range(60):
+            candidate = {axis: rng.choice(values) for axis, values in AXES.items()}
+            candidate[a], candidate[b] = va, vb
+            covered = len(_pairs(candidate) & missing)
+            if covered > best[0]:
+                best = (covered, candidate)
+        programs.append(best[1])
+        missing -= _pairs(best[1])
+    return programs
+
+
+def from_seed(seed: int) -> Program:
+    """Program N, from seed N."""
+    rng = random.Random(seed)
+    return {axis: rng.choice(values) for axis, values in AXES.items()}
+
+
+def script(program: Program, stage: Any) -> str:
+    """``program`` as a stand-alone script (run from the repository root, in the release's env)."""
+    enable = '' if stage is None else f'compatshim.enable(stage={stage!r})\n'
+    return (
+        '# A conformance program (tests/conformance): run it here and in the 0.24.1 env (there without enable()).\n'
+        'import json, sys\n'
+        "sys.path[:0] = ['tests', 'tests/conformance']\n"
+        'import compatshim\n'
+        'from runner import run\n'
+        f'{enable}'
+        f'print(json.dumps(run({json.dumps(program)}), indent=1))\n'
+    )
