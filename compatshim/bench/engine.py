@@ -32,13 +32,13 @@ import torch
 from compatshim._version import __version__
 from compatshim.bench.metrics import LEGS, Leg, Pair
 from compatshim.bench.results import Cause, LegResult, Missing, now
+from compatshim.bench.work import COUNTING, Generators, WorkCounter, generators_kept, held_by
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.devices.accelerator import Accelerator
 from compatshim.errors import CompatShimWarning, ConfigurationError
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, tensors
-from compatshim.observe.work import COUNTING, Generators, WorkCounter, generators_kept, held_by
 from compatshim.shim import api as shim
 from compatshim.shim import notes
 

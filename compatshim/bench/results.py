@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
 from compatshim._version import __version__
+from compatshim.bench.work import Work
 from compatshim.config.support import UNAFFECTED_FAMILY
 from compatshim.observe.placement import Placement, Word
-from compatshim.observe.work import Work
 
 __all__ = [
     'SCHEMA',
@@ -231,7 +231,7 @@ class Result:
 
     @property
     def work_counting(self) -> Optional[int]:
-        """How its work was counted (:data:`~compatshim.observe.work.COUNTING`; a result that does not say: 1, as
+        """How its work was counted (:data:`~compatshim.bench.work.COUNTING`; a result that does not say: 1, as
         counted before it was said); ``None``: it counted no work."""
         legs = [*self.legs.values(), *self.legs_of(recipe=True).values()]
         return int(self.fingerprint.get('work_counting', 1)) if any(m.work for m in legs) else None

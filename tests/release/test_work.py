@@ -1,4 +1,4 @@
-"""A transform's work, counted (``compatshim.observe.work``): ops, bytes written by dtype, FLOPs; the same for the same
+"""A transform's work, counted (``compatshim.bench.work``): ops, bytes written by dtype, FLOPs; the same for the same
 code on any machine, more for a heavier transform, and the real call unchanged by the counting (its draws included).
 Runs in the forward env too: what torch dispatches depends on torch."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import make_device
 
-from compatshim.observe.work import Work, WorkCounter
+from compatshim.bench.work import Work, WorkCounter
 
 pytestmark = pytest.mark.forward
 
@@ -260,7 +260,7 @@ def test_work_that_leaves_torch_is_marked_not_fully_counted_never_silently_nothi
 
 def test_the_generators_kept_are_every_devices_torch_has_here() -> None:
     """Issue 46: the bench's seeding kept only the host's torch generator; cuda's and mps's are kept with it."""
-    from compatshim.observe.work import Generators, generators_kept
+    from compatshim.bench.work import Generators, generators_kept
 
     expected = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
     expected += ['mps'] if torch.backends.mps.is_available() else []
@@ -334,7 +334,7 @@ def _results(base: Any, now: Any) -> list[Any]:
     from pathlib import Path
 
     from compatshim.bench.results import PipelineResult
-    from compatshim.observe.work import COUNTING
+    from compatshim.bench.work import COUNTING
 
     recorded = Path(__file__).parents[1] / 'data' / 'pipeline' / 'main.json'
     results = []

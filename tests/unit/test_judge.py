@@ -620,7 +620,7 @@ def test_counts_are_compared_only_with_counts_made_the_same_way(run: str, tmp_pa
     """What the refusal holds off: the sets' counts judged as if made the same way as the baselines' exit 1 where they
     were not (2026-12-03b, each leg's check steps from another state) and 0 where they were (2026-12-05, the code of
     the baselines); the committed baselines and report say the method they were counted by."""
-    from compatshim.observe.work import COUNTING
+    from compatshim.bench.work import COUNTING
 
     for name, code in (('other-machine-2026-12-03b', 1), ('other-machine-2026-12-05', 0)):
         said = []

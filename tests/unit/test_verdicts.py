@@ -157,7 +157,7 @@ ON = 'torch 2.7.0, Composer 0.32.1'
 
 def _work(ops: float, nbytes: float, tolist: float = 0, numpy: float = 0, masks: float = 0) -> Any:
     """A count per call, with the elements that leave torch by three routes (0: none)."""
-    from compatshim.observe.work import Work
+    from compatshim.bench.work import Work
 
     routes = {'Tensor.tolist': tolist, 'Tensor.numpy': numpy, 'numpy array into torch.as_tensor': masks}
     return Work(2, ops, {'float32': nbytes}, 0.0, {route: n for route, n in routes.items() if n})
