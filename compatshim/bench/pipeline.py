@@ -18,7 +18,7 @@ from compatshim import _exits
 from compatshim.bench import engine, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
-from compatshim.bench.verdicts import verdicts
+from compatshim.bench.rule import verdicts
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim.notes import transform_name
 

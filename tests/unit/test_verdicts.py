@@ -1,4 +1,4 @@
-"""The verdicts of ``compatshim bench --pipeline`` (``compatshim/bench/verdicts.py``): the one rule docs/pipeline.md
+"""The verdicts of ``compatshim bench --pipeline`` (``compatshim/bench/rule.py``): the one rule docs/pipeline.md
 states, row by row, and the same words from runs of one machine's noise, on recorded runs. No torch, nothing timed.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Optional
 import pytest
 
 from compatshim.bench.results import Cause, LegResult, Missing, PipelineResult
-from compatshim.bench.verdicts import AS_FAST_WITHIN, VERDICT_RULE, Told, tell, verdicts
+from compatshim.bench.rule import AS_FAST_WITHIN, VERDICT_RULE, Told, tell, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / 'tests' / 'data'
@@ -197,7 +197,7 @@ def test_one_count_down_while_another_rises_is_inconclusive_never_improved() -> 
     between torch and numpy (one count falls, another rises) is inconclusive, naming both, and "now" only where the
     baseline's work did not leave torch; fewer of every count is improved only where no work left torch."""
     from compatshim.bench import rule
-    from compatshim.bench.verdicts import partly_counted
+    from compatshim.bench.rule import partly_counted
 
     torch_masks, numpy_masks = _work(12, 1000), _work(11, 1000, masks=32)
     moved = _judged(torch_masks, numpy_masks)
