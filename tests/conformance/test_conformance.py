@@ -15,12 +15,12 @@ first, with the same option).
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
 from conftest import COMPOSER, IS_AFFECTED
-from programs import Program, all_pairs, from_seed, key, script
+from programs import Program, all_pairs, from_seed, key
+from rules import REFERENCE, RULES, TRACES, Trace, explain, recorded, verdict
 from runner import run
 
 import compatshim
@@ -29,10 +29,7 @@ from compatshim.shim.registry import STATE
 
 pytestmark = [pytest.mark.device, pytest.mark.runs_in('family')]
 
-TRACES = Path(__file__).with_name('traces-0.24.1.json')
-REFERENCE = '0.24.1'
 STAGES = ('batch', 'microbatch')
-Trace = dict[str, Any]
 
 
 def _programs(config: Any) -> list[Program]:
@@ -47,68 +44,9 @@ def pytest_generate_tests(metafunc: Any) -> None:
         metafunc.parametrize('program', programs, ids=[key(p) for p in programs])
 
 
-def _recorded() -> dict[str, Trace]:
-    return json.loads(TRACES.read_text()) if TRACES.exists() else {}
-
-
 def _fresh(program: Program) -> Trace:
     STATE.warned.clear()  # each program is a fresh process's first run: once-per-process warnings are given
     return run(program)
-
-
-# --- The rules: each difference a program's trace may show, by its name in DIFFERENCES -------------------------------
-
-_BATCH_EVENTS = ('after_dataloader', 'eval_batch_start', 'predict_batch_start')
-
-
-def _per_microbatch(trace: Trace) -> Trace:
-    """What stage microbatch keeps of 0.24.1's trace: where the transform ran and on how many samples, what the
-    model saw (structures, a list split into tuples, and placements; values differ per microbatch), where the batch
-    was at the events after the move, what the attribute read, and the error."""
-    calls = [call for call in trace['calls'] if 'where' in call]
-    error = trace['error'] and (trace['error']['type'], trace['error']['is'])  # which call raised moves with the calls
-    same: Trace = {'error': error, 'reads': trace['reads'], 'where': sorted({c['where'] for c in calls})}
-    if trace['error'] is None:
-        same['n'] = sum(call['n'] for call in calls)
-        same['forwards'] = [(f['kind'].replace('list[', 'tuple['), f['where']) for f in trace['forwards']]
-        same['events'] = [event for event in trace['events'] if event[0] not in _BATCH_EVENTS]
-    return same
-
-
-def _del(program: Program, ref: Trace, got: Trace) -> bool:
-    error = ref['error'] or {}
-    raised = error.get('type') == 'AttributeError' and 'device_transforms' in error.get('line', '')
-    return raised and not any('where' in call for call in got['calls'])
-
-
-def _positions(program: Program, ref: Trace, got: Trace) -> bool:
-    return program['given'].startswith('position') and any('positional arguments' in line for line in got['warned'])
-
-
-RULES: dict[str, Callable[[Program, Trace, Trace], bool]] = {'del': _del, 'positions': _positions}
-
-
-def verdict(program: Program, stage: str, ref: Trace, got: Trace) -> Optional[str]:
-    """``identical``, ``by rule <name>``, or ``None``: a difference no rule allows."""
-    if got == ref:
-        return 'identical'
-    for name, allows in RULES.items():
-        if allows(program, ref, got):
-            return f'by rule {name}'
-    if stage == 'microbatch' and _per_microbatch(got) == _per_microbatch(ref):
-        return 'by rule microbatch'
-    return None
-
-
-def _explain(program: Program, stage: Optional[str], ref: Trace, got: Trace) -> str:
-    lines = [f'program {key(program)} differs from Composer {REFERENCE} with no rule ({COMPOSER}, stage {stage}):']
-    for part in ref:
-        if ref[part] != got.get(part):
-            lines += [
-                f'  {part}: 0.24.1 {json.dumps(ref[part])[:400]}',
-                f'  {part}: here   {json.dumps(got.get(part))[:400]}',
-            ]
-    return '\n'.join([*lines, 'As a stand-alone script:', script(program, stage)])
 
 
 # --- The tests -------------------------------------------------------------------------------------------------------
@@ -132,12 +70,12 @@ def test_the_programs_cover_every_pair() -> None:
 @pytest.mark.skipif(not IS_AFFECTED, reason=f'Composer {COMPOSER} is unaffected: the shim patches nothing')
 @pytest.mark.parametrize('stage', STAGES)
 def test_conformance_with_0_24_1(program: Program, stage: str) -> None:
-    ref = _recorded().get(key(program))
+    ref = recorded().get(key(program))
     if ref is None:
         pytest.skip(f'no 0.24.1 trace: tox -e composer{REFERENCE}-cpu -- tests/conformance --conformance-record')
     compatshim.enable(stage=stage)
     got = _fresh(program)
-    assert verdict(program, stage, ref, got) is not None, _explain(program, stage, ref, got)
+    assert verdict(program, stage, ref, got) is not None, explain(program, stage, ref, got)
 
 
 @pytest.mark.control
@@ -149,6 +87,6 @@ def test_control_without_the_shim(request: Any) -> None:
     if request.config.getoption('conformance_record'):
         assert COMPOSER == REFERENCE, f'record the traces in the {REFERENCE} env, not on {COMPOSER}'
         TRACES.write_text(json.dumps(traces, indent=0, sort_keys=True) + '\n')
-    recorded = _recorded()
-    differ = [k for k in traces if k in recorded and traces[k] != recorded[k]]
+    reference = recorded()
+    differ = [k for k in traces if k in reference and traces[k] != reference[k]]
     assert not differ, f'{len(differ)} of {len(traces)} programs differ from 0.24.1 without the shim: {differ[:3]}'
