@@ -1,14 +1,15 @@
-"""The reference gate, for ``compatshim report`` and ``compatshim bench --baselines`` alike: each result judged by the
-rule (:func:`compatshim.bench.rule.judge`) against its baseline (:func:`~compatshim.bench.results.reference_store`),
-and what fails the run: a regression, or a release without its baseline where its device has some. It decides and
-says; the command line prints. (A pipeline's gate is :func:`compatshim.bench.pipeline.gate_pipeline`.) Imports
-nothing heavy.
+"""The one gate of both benches (:func:`gate`): a result judged by the rule (:func:`compatshim.bench.rule.judge`)
+against its baseline, and the exit code: 2 where the baseline is not comparable, 1 on a regression, else 0. The
+reference workload's flows (``compatshim report``, ``compatshim bench --baselines``) add its store and a release
+without a baseline (exit 1); the user's pipeline (:func:`compatshim.bench.pipeline.compare`) adds the legs new or gone.
+It decides and says; the command line prints. Imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Iterable
 from typing import Any, Optional
 
 from compatshim import _exits
@@ -18,26 +19,40 @@ from compatshim.bench.results import (
     BaselineExistsError,
     BenchResult,
     PathLike,
+    Result,
     baseline_for,
     record_baseline,
     reference_store,
 )
 
-__all__ = ['Judged', 'Judging', 'against_baselines', 'judge_all', 'judge_env', 'record_baselines', 'refused']
+__all__ = ['Judged', 'Judging', 'against_baselines', 'gate', 'judge_all', 'judge_env', 'record_baselines', 'refused']
 
 
 @dataclasses.dataclass
 class Judged:
-    """One env's result, the baseline it was judged against (its path, or ``None``), and the outcomes."""
+    """A result, the baseline it was judged against (its path, or ``None``), the outcomes, and why the baseline is not
+    comparable (``None``: it is)."""
 
-    result: BenchResult
-    baseline: Optional[BenchResult]
+    result: Any  # a BenchResult, or a PipelineResult
+    baseline: Optional[Any]
     baseline_path: Optional[str]
     judgements: list[rule.Judgement]
+    unlike: Optional[str] = None
 
     @property
     def worst(self) -> rule.Outcome:
         return rule.worst(self.judgements)
+
+    @property
+    def code(self) -> int:
+        """The gate's exit code: 2 (not comparable), 1 (a regression) or 0."""
+        if self.unlike:
+            return _exits.NOT_DONE
+        return _exits.REGRESSION if self.worst is rule.Outcome.REGRESSION else _exits.OK
+
+    def lines(self, name: str) -> list[str]:
+        """Every outcome other than ok, one line each, naming ``name`` (the env, or the pipeline)."""
+        return [j.line(name) for j in self.judgements if j.outcome is not rule.Outcome.OK]
 
     def outcome(self, metric: str) -> str:
         return next((str(j.outcome) for j in self.judgements if j.metric == metric), '—')
@@ -54,13 +69,21 @@ class Judged:
         return {**self.result.to_json(), 'baseline': self.baseline_path, 'judgements': judgements}
 
 
+def gate(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> Judged:
+    """The gate of both benches: every gated metric of ``metrics`` in ``result`` judged against ``baseline`` (``None``:
+    none), which must match it in ``keys`` and have counted work the same way (:attr:`Judged.code`)."""
+    unlike = None if baseline is None else rule.unlike_baseline(result, baseline, keys)
+    return Judged(result, baseline, None, rule.judge(result, baseline, metrics, keys), unlike)
+
+
 def judge_env(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optional[str]]:
     """``result`` judged by the rule against its baseline under ``baselines``, and the line that fails the run where it
     has none to be judged against (:func:`~compatshim.bench.results.baseline_for`): the one flow of ``compatshim
     report`` and ``compatshim bench --baselines``."""
     baseline, missing = baseline_for(baselines, result)
-    named = reference_store(baselines, result.device).path(result.env).as_posix() if baseline else None
-    return Judged(result, baseline, named, rule.judge(result, baseline, METRICS, COMPARABLE_BY)), missing
+    judged = gate(result, baseline, METRICS, COMPARABLE_BY)
+    judged.baseline_path = reference_store(baselines, result.device).path(result.env).as_posix() if baseline else None
+    return judged, missing
 
 
 def refused(found: list[BenchResult], baselines: PathLike) -> list[str]:
@@ -81,13 +104,10 @@ def against_baselines(result: BenchResult, baselines: PathLike) -> tuple[int, li
     """``compatshim bench --baselines``: ``result`` judged by the rule of ``compatshim report`` (a regression, or no
     baseline where the device has some, is exit 1; a baseline that is not comparable, exit 2): the exit code, and
     every outcome other than ok, one line each."""
-    unlike = refused([result], baselines)
-    if unlike:
-        return _exits.NOT_DONE, unlike
     judged, missing = judge_env(result, baselines)
-    lines = [j.line(result.env) for j in judged.judgements if j.outcome is not rule.Outcome.OK]
-    failed = missing or judged.worst is rule.Outcome.REGRESSION
-    return (_exits.REGRESSION if failed else _exits.OK), lines + ([missing] if missing else [])
+    if judged.unlike:
+        return judged.code, refused([result], baselines)
+    return (_exits.REGRESSION if missing else judged.code), judged.lines(result.env) + ([missing] if missing else [])
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, TextIO
 
 from compatshim import _exits
-from compatshim.bench import engine, metrics, report, results, rule
+from compatshim.bench import engine, gate, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.rule import verdicts
@@ -210,14 +210,13 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     2: the baseline measured another pipeline, size or device, or counted work another way; else 0) and the lines
     that say so (every outcome but ok, then one line of the verdict). A leg new in this release, or gone, is reported,
     never judged; the shim's legs that ran before are always judged (gone now: their placement says so)."""
-    unlike = rule.unlike_baseline(result, baseline, metrics.PIPELINE_COMPARABLE_BY)
-    if unlike:
-        return _exits.NOT_DONE, [f'NOT COMPARABLE with {name!r}: {unlike}; save a new baseline with --save {name}']
     ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
-    relied_on = {name for name in ran_before if metrics.LEGS[name].stage}
-    judged = metrics.pipeline_metrics((ran & ran_before) | relied_on)
-    judgements = rule.judge(result, baseline, judged, metrics.PIPELINE_COMPARABLE_BY)
-    then, what = baseline.composer, result.pipeline
+    relied_on = {name for name in ran_before if name in metrics.LEGS and metrics.LEGS[name].stage}
+    judged_metrics = metrics.pipeline_metrics((ran & ran_before) | relied_on)
+    judged = gate.gate(result, baseline, judged_metrics, metrics.PIPELINE_COMPARABLE_BY)
+    if judged.unlike:
+        return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
+    judgements, then, what = judged.judgements, baseline.composer, result.pipeline
 
     def why(r: PipelineResult, name: str) -> str:
         return f'Composer {r.composer}: ' + (r.legs[name].reason if name in r.legs else 'no such leg')
@@ -226,7 +225,7 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
              for name in sorted(ran - ran_before - relied_on)]  # fmt: skip
     lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
               for name in sorted(ran_before - ran - relied_on)]  # fmt: skip
-    lines += [j.line(what) for j in judgements if j.outcome is not rule.Outcome.OK]
+    lines += judged.lines(what)
     work = {j.metric.split(':')[0]: j.outcome for j in judgements if j.metric.endswith('work per call')}
     lines += [f'work: {rule.WORK_RULE}'] if set(work.values()) - {rule.Outcome.OK} else []
     lines += timing_sight(result, baseline, work)
@@ -235,7 +234,7 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
     said += [f'{unsure} inconclusive, which decide nothing'] if unsure else []
     lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {"; ".join(said)}')
-    return (_exits.REGRESSION if worse else _exits.OK), lines
+    return judged.code, lines
 
 
 def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome]) -> list[str]:
