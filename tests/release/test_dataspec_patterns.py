@@ -1,5 +1,6 @@
-"""0.24.1's DataSpec, all of it: a subclass that defines ``device_transforms`` (a method, a property with or without a
-setter), a transform that changes the batch's structure, and the monitor leaving the attribute alone.
+"""0.24.1's DataSpec where the generated conformance suite (tests/conformance) cannot reach: a property set between
+fits (A, A, B, B), a read-only property, a result Composer cannot split, and the monitor leaving the attribute alone.
+(Subclass methods, structure changes and the rest are axes of the generated programs.)
 
 On 0.24.1 ``DataSpec.__init__`` sets ``self.device_transforms`` (through a subclass's property setter, if it has one;
 shadowing a subclass's method), and the trainer reads the attribute at every batch, after the move, and never looks at
@@ -18,7 +19,6 @@ from workload import Probe, any_batch_model, assert_on_device, loader, trainer
 
 import compatshim
 from compatshim.config.support import Family
-from compatshim.testing import placement
 
 pytestmark = pytest.mark.device
 
@@ -29,31 +29,6 @@ def _fit(spec: Any) -> Any:
     t, _ = trainer(make_device(), device_train_microbatch_size=MICROBATCH)
     t.fit(train_dataloader=spec, duration='2ba')
     return t
-
-
-@pytest.mark.parametrize('leg', LEGS, indirect=True)
-def test_a_subclass_method_then_an_assignment(leg: str, per_step: int) -> None:
-    """0.24.1's ``__init__`` sets the attribute, which shadows the subclass's method; an assignment then runs."""
-    from composer.core import DataSpec
-
-    method_calls: list[str] = []
-
-    class MySpec(DataSpec):
-        def device_transforms(self, batch: Any) -> Any:
-            method_calls.append(placement(batch))
-            return batch
-
-    spec = MySpec(loader(16))
-    spec.device_transforms = aug = Probe()
-    assert spec.device_transforms is aug
-    _fit(spec)
-    assert_on_device(aug, 2 * per_step, 'assigned over a subclass method')
-    assert method_calls == [], 'the shadowed subclass method ran'
-    given = Probe()
-    spec = MySpec(loader(16), device_transforms=given)
-    assert spec.device_transforms is given
-    _fit(spec)
-    assert_on_device(given, 2 * per_step, 'given to a subclass that has a method')
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
@@ -120,29 +95,6 @@ def _to_mapping(batch: Any) -> Any:
     return {'inputs': x * 2, 'targets': y, 'lam': torch.ones(len(x), device=x.device)}
 
 
-@pytest.mark.parametrize('leg', LEGS, indirect=True)
-def test_a_transform_that_changes_the_batch_structure(leg: str, per_step: int) -> None:
-    """A list of 2 becomes a mapping of 3, and a model that takes it trains (with microbatches, too)."""
-    from composer.core import DataSpec
-
-    seen: list[Any] = []
-
-    def reshape(batch: Any) -> Any:
-        seen.append(placement(batch))
-        return _to_mapping(batch)
-
-    def inputs(batch: Any) -> torch.Tensor:
-        assert isinstance(batch, dict) and set(batch) == {'inputs', 'targets', 'lam'}, f'the model got {batch!r}'
-        return batch['inputs']
-
-    from composer import Trainer
-
-    t = Trainer(model=any_batch_model(inputs), device=make_device(), device_train_microbatch_size=MICROBATCH,
-                progress_bar=False, seed=17)  # fmt: skip
-    t.fit(train_dataloader=DataSpec(loader(16), device_transforms=reshape), duration='2ba')
-    assert seen == ['device'] * (2 * per_step), f'the transform saw {seen}'
-
-
 class Opaque:
     """A batch object Composer's default split_batch cannot split."""
 
@@ -164,7 +116,7 @@ def test_a_result_composer_cannot_split_gets_a_note() -> None:
     t = Trainer(model=any_batch_model(lambda b: b.x), device=make_device(), device_train_microbatch_size=MICROBATCH,
                 progress_bar=False, seed=17)  # fmt: skip
     spec = DataSpec(loader(16), device_transforms=wrap, get_num_samples_in_batch=lambda batch: 8)
-    with pytest.raises(Exception) as info:  # noqa: B017,PT011 (Composer's own type)
+    with pytest.raises(Exception) as info:
         t.fit(train_dataloader=spec, duration='1ba')
     assert not isinstance(info.value, compatshim.CompatShimError)
     (note,) = info.value.__notes__
