@@ -23,18 +23,9 @@ from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim.notes import transform_name
 
 __all__ = [
-    'Baselines',
-    'Gated',
-    'Pipeline',
-    'PipelineError',
-    'as_pipeline',
-    'bench_pipeline',
-    'compare',
-    'gate_pipeline',
-    'load',
-    'pipeline_text',
-    'verdicts',
-]
+    'Baselines', 'Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'bench_pipeline', 'compare', 'gate_pipeline',
+    'load', 'pipeline_text', 'verdicts'
+]  # fmt: skip
 
 FIELDS = tuple(field.name for field in dataclasses.fields(Pipeline))
 

@@ -21,16 +21,7 @@ from compatshim.config.support import split_env
 from compatshim.devices.accelerator import accelerator
 from compatshim.observe.placement import Placement
 
-__all__ = [
-    'CHARTS',
-    'legs_table',
-    'markdown',
-    'plain_words',
-    'reference_lines',
-    'bench_text',
-    'seconds',
-    'write',
-]
+__all__ = ['CHARTS', 'legs_table', 'markdown', 'plain_words', 'reference_lines', 'bench_text', 'seconds', 'write']
 
 #: The chart files :func:`write` draws.
 CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')

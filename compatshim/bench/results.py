@@ -22,20 +22,9 @@ from compatshim.config.support import UNAFFECTED_FAMILY
 from compatshim.observe.placement import Placement, Word
 
 __all__ = [
-    'SCHEMA',
-    'BenchResult',
-    'Cause',
-    'LegResult',
-    'Missing',
-    'PipelineResult',
-    'Result',
-    'Store',
-    'gather',
-    'read',
-    'reference_store',
-    'spread',
-    'written_by',
-]
+    'SCHEMA', 'BenchResult', 'Cause', 'LegResult', 'Missing', 'PipelineResult', 'Result', 'Store', 'gather', 'read',
+    'reference_store', 'spread', 'written_by'
+]  # fmt: skip
 
 #: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
 #: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.

@@ -22,7 +22,7 @@ from compatshim.observe.placement import Placement, Word
 
 __all__ = [
     'ALPHA', 'AS_FAST_WITHIN', 'RULE', 'VERDICT_RULE', 'WORK_RULE', 'Judgement', 'Kind', 'Outcome', 'SampleSource',
-    'Told', 'judge', 'mann_whitney_p', 'tell', 'verdicts', 'worst',
+    'Told', 'judge', 'mann_whitney_p', 'tell', 'verdicts', 'worst'
 ]  # fmt: skip
 
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.

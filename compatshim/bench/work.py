@@ -1,14 +1,7 @@
-"""A transform's work, counted rather than timed: the torch operations it dispatches, the bytes they write (by dtype)
-and the FLOPs of those torch counts (matmuls, convolutions). Counts do not depend on the machine's speed or load, so a
-heavier transform shows on every runner, every time (docs/pipeline.md, "Work").
-
-:class:`WorkCounter` wraps a transform: each call runs under a ``TorchDispatchMode`` (and torch's
-``FlopCounterMode``) on a plain copy of the batch, with the random generators put back, before the real call:
-nothing is timed, and the work is done twice, so it is used only in untimed steps. A view writes nothing; an
-in-place op writes its output; a new tensor is written once. Work that leaves torch (tensor data handed to numpy or
-to Python lists, or a numpy array handed to torch) is not seen by the dispatcher: such a call is marked *not fully
-counted* (:attr:`Work.outside`), never silently counted as nothing. :class:`Work` (the record) imports nothing
-heavy; counting imports torch.
+"""A transform's work, counted rather than timed (docs/pipeline.md, "Work"): the torch ops it dispatches, the bytes
+they write by dtype, their FLOPs, and the elements that leave torch by each route (:class:`Work`). :class:`WorkCounter`
+runs each call once more, untimed, under a ``TorchDispatchMode`` on a plain copy of the batch with every random
+generator put back (a view writes nothing, an in-place op its output). :class:`Work` imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -38,18 +31,9 @@ COUNTING = 2
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """What a transform did per call, on average over the calls counted (a transform whose work depends on its random
-    draws averages over the draws of seeded steps: the same code gives the same figures).
-
-    Attributes:
-        calls: The calls counted.
-        ops: Torch operations dispatched per call.
-        bytes_by_dtype: Bytes written per call, by dtype (``uint8``, ``float32``, ...).
-        flops: FLOPs per call, where torch counts them (matmuls, convolutions; 0 for elementwise work).
-        outside: Where tensor data left torch or came into it from outside, elements per call by route
-            (``Tensor.numpy``, ``Tensor.tolist``, ``Tensor.__array__``, ``torch.from_numpy``, ``numpy array into
-            torch.tensor``, ...): work done there is not counted. Empty: the work is fully counted.
-    """
+    """What a transform did per call, averaged over the ``calls`` counted (seeded steps: the same code, the same
+    figures): torch ops, bytes written by dtype, FLOPs (matmuls, convolutions), and ``outside``, the elements per call
+    that left torch or came into it by route (``Tensor.tolist``, ``torch.from_numpy``...; empty: fully counted)."""
 
     calls: int
     ops: float
@@ -99,12 +83,10 @@ class Work:
         return counted + (f'; not fully counted: work left torch through {self.outside_text()}' if self.outside else '')
 
 
-def _own_generators(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
-    """The generators a transform holds (``torch.Generator``, ``random.Random``, numpy's), with their states: among its
-    attributes, and theirs (a wrapper, a ``Compose`` of transforms, a ``functools.partial``'s function and arguments,
-    a bound method's object, a decorator's ``__wrapped__``, a closure's cells), ``depth`` levels deep; and those held
-    at the top level of the modules that define what it reaches (a module-level ``RNG = numpy.random.default_rng(0)``).
-    A transform that draws from its own generator then draws the same in the real call too."""
+def held_by(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
+    """The generators ``transform`` holds (torch's, ``random.Random``, numpy's) with their states now: in what it
+    reaches (:func:`_inside`) ``depth`` levels deep, and at the top of the modules defining what it reaches (a
+    module-level ``RNG = numpy.random.default_rng(0)``), so that the real call draws what the counted one drew."""
     import torch
 
     held: list[tuple[Any, Any]] = []
@@ -156,9 +138,8 @@ def _own_generators(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
 
 
 def _inside(value: Any) -> list[Any]:
-    """What a transform's attribute holds that may hold a generator: a list's or a dict's items, an object's
-    attributes, a ``functools.partial``'s function and arguments, a bound method's object and function, what a
-    decorator wraps (``__wrapped__``), a closure's cells."""
+    """What may hold a generator in ``value``: items, attributes, a partial's function and arguments, a bound
+    method's object and function, what a decorator wraps (``__wrapped__``), a closure's cells."""
     if isinstance(value, (list, tuple, set, frozenset)):
         return list(value)
     if isinstance(value, dict):
@@ -192,7 +173,7 @@ def _filled(cell: Any) -> bool:
 
 def _plain_copy(leaf: Any) -> Any:
     """A leaf of the batch the counted call may change freely: a plain tensor's copy, a deep copy of an object that may
-    hold tensors (a batch class of its own, a ``UserDict``), anything else as it is."""
+    hold tensors, anything else as it is."""
     import torch
 
     if isinstance(leaf, torch.Tensor):
@@ -216,8 +197,7 @@ def _put_back(generator: Any, state: Any) -> None:
 
 
 def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
-    """torch's random generators as they are, each with what puts it back: the host's, every cuda device's and the mps
-    one's, where torch has them here (asking for cuda's initialises cuda, as ``torch.random.fork_rng`` does)."""
+    """torch's random generators on the host, every cuda device and mps where present, each with what puts it back."""
     import torch
 
     states: list[tuple[str, Callable[[Any], None], Any]] = [('cpu', torch.set_rng_state, torch.get_rng_state())]
@@ -230,9 +210,8 @@ def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
 
 
 class Generators:
-    """Every random generator's state now, to put back (:meth:`put_back`, as often as asked): Python's, numpy's global
-    one (if numpy is imported), torch's on the host and on every cuda and mps device torch has here, and the
-    ``(generator, state)`` pairs of ``held`` (those a transform holds: :func:`held_by`)."""
+    """Every random generator's state now, to put back as often as asked: Python's, numpy's global one, torch's on every
+    device, and the ``(generator, state)`` pairs of ``held`` (:func:`held_by`)."""
 
     def __init__(self, held: Sequence[tuple[Any, Any]] = ()) -> None:
         numpy = sys.modules.get('numpy')
@@ -256,16 +235,9 @@ class Generators:
             _put_back(generator, state)
 
 
-def held_by(transform: Any) -> list[tuple[Any, Any]]:
-    """The generators ``transform`` holds, with their states now (its attributes, its bound method's object, what it
-    wraps, its closure, its module's own generators: ``_own_generators``)."""
-    return _own_generators(transform)
-
-
 @contextlib.contextmanager
 def generators_kept(held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
-    """Every random generator (:class:`Generators`: Python's, numpy's, torch's on the host and on every cuda and mps
-    device, and the ``(generator, state)`` pairs of ``held``) as it was before the block, whatever it drew."""
+    """Every random generator (:class:`Generators`) as it was before the block, whatever it drew."""
     kept = Generators(held)
     try:
         yield
@@ -282,8 +254,8 @@ def _storage(tensor: torch.Tensor) -> Optional[int]:
 
 @functools.cache
 def _dispatch_counter() -> type:
-    """A ``TorchDispatchMode`` that counts every op and the bytes its outputs write (made once, when first asked:
-    importing this module imports no torch)."""
+    """A ``TorchDispatchMode`` counting every op and the bytes its outputs write (made when first asked: no torch
+    at import)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -319,9 +291,8 @@ EXPORTS = ('numpy', 'tolist', '__array__')
 
 @functools.cache
 def _crossing_watch() -> type:
-    """A ``TorchFunctionMode`` that notes tensor data leaving torch (:data:`EXPORTS`) and numpy arrays handed to torch
-    (an argument of any torch function or tensor method), in elements by route, a single element (``.item()``, a
-    random parameter) excepted; ``depth`` is non-zero while it runs a torch function."""
+    """A ``TorchFunctionMode`` counting the elements that leave torch (:data:`EXPORTS`) or come in as numpy arrays, by
+    route, single elements (``.item()``) excepted; ``depth`` is non-zero while it runs a torch function."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -353,16 +324,12 @@ def _crossing_watch() -> type:
 
 
 class WorkCounter:
-    """A transform wrapper that counts the work of every call (:meth:`work` gives it per call).
-
-    Args:
-        transform: The transform to wrap (called with the batch; its result is returned).
-    """
+    """A transform wrapper that counts the work of every call (:meth:`work`: per call); a transform torch cannot count
+    is reported (``failed``), never fatal."""
 
     def __init__(self, transform: Callable[[Any], Any]) -> None:
         self.transform = transform
-        #: Why counting stopped (``None``: it did not): a transform torch cannot count is reported, never fatal.
-        self.failed: Optional[str] = None
+        self.failed: Optional[str] = None  # why counting stopped
         self.calls = 0
         self.ops = 0
         self.flops = 0
@@ -378,16 +345,15 @@ class WorkCounter:
         return self.transform(batch)
 
     def _count(self, batch: Any) -> None:
-        """One counted call, on a plain copy of ``batch`` (tensor subclasses such as the fake accelerator's do not mix
-        with a dispatch mode; an in-place transform must not touch the real batch), with every random generator put
-        back after it, so that the real call draws what the counted one drew: the counts are of the real call."""
+        """One counted call on a plain copy of ``batch`` (a tensor subclass does not mix with a dispatch mode; an
+        in-place transform must not touch the real batch), every generator put back after it for the real call."""
         from torch.utils._pytree import tree_map
         from torch.utils.flop_counter import FlopCounterMode
 
         crossings = _crossing_watch()()
         dispatches, flops = _dispatch_counter()(crossings), FlopCounterMode(display=False)
         plain = tree_map(_plain_copy, batch)
-        with generators_kept(_own_generators(self.transform)), flops, dispatches, crossings:
+        with generators_kept(held_by(self.transform)), flops, dispatches, crossings:
             self.transform(plain)
         self.calls += 1
         self.ops += dispatches.ops
