@@ -1,7 +1,8 @@
-"""A transform's work, counted rather than timed (docs/pipeline.md, "Work"): the torch ops it dispatches, the bytes
-they write by dtype, their FLOPs, and the elements that leave torch by each route (:class:`Work`). :class:`WorkCounter`
-runs each call once more, untimed, under a ``TorchDispatchMode`` on a plain copy of the batch with every random
-generator put back (a view writes nothing, an in-place op its output). :class:`Work` imports nothing heavy.
+"""A transform's work, counted rather than timed (docs/pipeline.md, "Work per call"): the torch ops it dispatches, the
+bytes they write by dtype, their FLOPs, and the elements that leave torch by each route (:class:`Work`).
+:class:`WorkCounter` runs each call once more, untimed, under a ``TorchDispatchMode`` on a plain copy of the batch
+with every random generator put back (a view writes nothing, an in-place op its output). :class:`Work` imports
+nothing heavy.
 """
 
 from __future__ import annotations
