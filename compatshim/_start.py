@@ -5,18 +5,14 @@ core: ``enable()`` knows nothing of the monitor."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from compatshim.config import settings
 from compatshim.shim.api import enable
 from compatshim.shim.registry import STATE
 from compatshim.shim.status import ShimStatus
 
-__all__ = ['pending', 'start']
-
-#: The monitor's arguments, when the run asked to attach it while ``compatshim.monitor`` was itself being imported (its
-#: import of Composer fired the run's hook): the monitor's module attaches itself at the end of its import.
-pending: Optional[dict[str, Any]] = None
+__all__ = ['start']
 
 
 def start(by: str = 'compatshim run') -> ShimStatus:
@@ -45,11 +41,10 @@ def start(by: str = 'compatshim run') -> ShimStatus:
 def _attach_monitor(**monitor_kwargs: Any) -> None:
     """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on: now, or, when ``compatshim.monitor`` is
     half-imported (``from compatshim.monitor import ...`` as a script's first line imports Composer, which fires
-    ``compatshim run``'s hook in the middle of it), at the end of that import (:data:`pending`)."""
-    global pending
+    ``compatshim run``'s hook in the middle of it), at the end of that import (``STATE.pending``)."""
     half_imported = sys.modules.get('compatshim.monitor')
     if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
-        pending = monitor_kwargs
+        STATE.pending = monitor_kwargs
         return
     from compatshim.monitor import attach_to_every_trainer
 

@@ -310,10 +310,9 @@ class TransformMonitor(Callback):
         warnings.warn(message, CompatShimWarning, stacklevel=4)
 
 
-#: The monitor's own patch set (``Trainer.__init__``, while attaching to every Trainer of the run), and the arguments
-#: of the monitor it adds.
-ATTACHING = patching.PatchSet('compatshim.monitor.unwatch()')
-_ATTACH: dict[str, Any] = {}
+#: The monitor's own patch set (``Trainer.__init__``, while attaching to every Trainer of the run), in the process
+#: state; the arguments of the monitor it adds are ``STATE.attach``.
+ATTACHING = STATE.attaching
 
 
 def _make_trainer_init(original: Callable[..., None], record: patching.Patch) -> Callable[..., None]:
@@ -328,7 +327,7 @@ def _make_trainer_init(original: Callable[..., None], record: patching.Patch) ->
         callbacks = bound.arguments.get('callbacks')
         listed = [] if callbacks is None else [callbacks] if not isinstance(callbacks, (list, tuple)) else callbacks
         if not any(isinstance(cb, TransformMonitor) for cb in listed):
-            added = TransformMonitor(**_ATTACH)
+            added = TransformMonitor(**STATE.attach)
             added._echo = True
             bound.arguments['callbacks'] = [*listed, added]
         record.original(*bound.args, **bound.kwargs)
@@ -343,8 +342,7 @@ def attach_to_every_trainer(**monitor_kwargs: Any) -> None:
 
     watch()
     with STATE.lock:
-        _ATTACH.clear()
-        _ATTACH.update(monitor_kwargs)
+        STATE.attach = dict(monitor_kwargs)
         if (Trainer, '__init__') not in ATTACHING:
             ATTACHING.patch(Trainer, '__init__', _make_trainer_init)
 
@@ -352,7 +350,7 @@ def attach_to_every_trainer(**monitor_kwargs: Any) -> None:
 def unwatch() -> None:
     """Undo :func:`watch` and :func:`attach_to_every_trainer` (DataSpecs already noted stay noted)."""
     with STATE.lock:
-        _ATTACH.clear()
+        STATE.attach = {}
         ATTACHING.restore_all()
         _unwatch_dataspecs()
 
@@ -380,7 +378,6 @@ def run_record(strict: bool = False) -> dict[str, Any]:
 watch()  # importing the monitor is the opt-in: DataSpecs built from here on are known to it
 # compatshim run's hook fired inside this module's own import of Composer (compatshim._start, which imports this
 # module when it can, left the monitor's arguments for the end of this import).
-_starting = sys.modules.get('compatshim._start')
-if getattr(_starting, 'pending', None) is not None:
-    attach_to_every_trainer(**_starting.pending)  # type: ignore[union-attr]
-    _starting.pending = None  # type: ignore[union-attr]
+if STATE.pending is not None:
+    attach_to_every_trainer(**STATE.pending)
+    STATE.pending = None

@@ -20,6 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 __all__ = [
+    'HOOKS',
     'AFFECTED',
     'Family',
     'TestedRelease',
@@ -48,6 +49,14 @@ class Family(str, enum.Enum):
     #: 0.29.0 and later: the keyword is gone and ``DataSpec`` raises ``TypeError``.
     REJECTED = 'rejected'
 
+
+#: By family: the DataSpec transform hooks Composer's trainer reads and calls, the batch-level one first. The one
+#: definition the shim's patches, its shape check and the monitor read.
+HOOKS: dict[Family, tuple[str, ...]] = {
+    Family.HOST: ('device_transforms',),
+    Family.DROPPED: ('batch_transforms', 'microbatch_transforms'),
+    Family.REJECTED: ('batch_transforms', 'microbatch_transforms'),
+}
 
 #: What results, reports and ``runs_in('family:...')`` call the releases below 0.25.0, which have no family (they need
 #: no patch). Not a :class:`Family` member: :func:`family_of` and ``status().family`` give ``None`` for them.

@@ -8,9 +8,9 @@
   user's own above all — gets what Python gives: the monitor never changes what ``spec.device_transforms`` reads. (With
   the shim on, the shim's hooks call every transform through the taps themselves.)
 
-It changes no argument and no attribute of Composer's. Its patch set (:data:`WATCH`) is its own, as an OpenTelemetry
-instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that the shim is off) and
-``compatshim.status()`` does not list it.
+It changes no argument and no attribute of Composer's. Its patch set (:data:`WATCH`, ``STATE.watch``) is its own, as
+an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that the
+shim is off) and ``compatshim.status()`` does not list it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
-#: The watch's patches (``DataSpec.__init__``, ``DataSpec.__getattribute__``).
-WATCH = patching.PatchSet('compatshim.monitor.unwatch()')
+#: The watch's patches (``DataSpec.__init__``, ``DataSpec.__getattribute__``), kept in the process state.
+WATCH = STATE.watch
 _NAMES = frozenset(notes.TRANSFORM_NAMES)
 
 

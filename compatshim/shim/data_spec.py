@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable
 
 from compatshim.config import stages
-from compatshim.config.support import Family
+from compatshim.config.support import HOOKS, Family
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
@@ -148,14 +148,6 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
     return __init__
 
 
-#: By family: the transform hooks the trainer reads and calls.
-_HOOKS = {
-    Family.HOST: frozenset({'device_transforms'}),
-    Family.DROPPED: frozenset({'batch_transforms', 'microbatch_transforms'}),
-    Family.REJECTED: frozenset({'batch_transforms', 'microbatch_transforms'}),
-}
-
-
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
     """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
     resolves to."""
@@ -174,7 +166,7 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
 
 def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, family: Family) -> Callable[..., Any]:
     del original  # called as record.original: another of compatshim's patch sets may splice it
-    hooked = _HOOKS[family]
+    hooked = frozenset(HOOKS[family])
 
     def __getattribute__(self: Any, name: str) -> Any:
         if name not in hooked or STATE.stage is None or not record.active:

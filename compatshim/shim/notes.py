@@ -173,16 +173,12 @@ def note(spec: Any, given: frozenset[str]) -> None:
     vars(spec)[NOTE_ATTRIBUTE] = frozenset(name for name in given if not hasattr(spec, name))
     loader = getattr(spec, 'dataloader', None)
     if loader is not None:
-        kept = [ref for ref in _OVER.get(id(loader), []) if over(ref(), loader) and ref() is not spec]
-        _OVER[id(loader)] = [*kept[-7:], weakref.ref(spec)]
-    if len(_OVER) > 64:  # drop what is gone
-        for stale in [key for key, refs in _OVER.items() if all(ref() is None for ref in refs)]:
-            del _OVER[stale]
-
-
-#: By dataloader: weak references to the DataSpecs noted over it, newest last (train, eval and predict may share one
-#: dataloader, each with its own DataSpec).
-_OVER: dict[int, list[weakref.ref[Any]]] = {}
+        with STATE.lock:  # train, eval and predict may share a dataloader, each with its own DataSpec
+            kept = [ref for ref in STATE.over.get(id(loader), []) if over(ref(), loader) and ref() is not spec]
+            STATE.over[id(loader)] = [*kept[-7:], weakref.ref(spec)]
+            if len(STATE.over) > 64:  # drop what is gone
+                for stale in [key for key, refs in STATE.over.items() if all(ref() is None for ref in refs)]:
+                    del STATE.over[stale]
 
 
 def over(spec: Any, loader: Any) -> bool:
@@ -211,7 +207,7 @@ def noted(spec: Any) -> bool:
 
 def find(loader: Any) -> Optional[Any]:
     """The DataSpec last noted over ``loader`` (``None``: none, or it is gone)."""
-    for ref in reversed(_OVER.get(id(loader), [])):
+    for ref in reversed(STATE.over.get(id(loader), [])):
         spec = ref()
         if over(spec, loader):
             return spec
@@ -241,27 +237,26 @@ def slots(spec: Any) -> list[Slot]:
     return found
 
 
-#: By DataSpec (its id, while a tap holds it): its taps by transform name.
-_TAPS: dict[int, dict[str, Any]] = {}
-
-
 def tap(spec: Any, name: str, tapping: Any) -> None:
     """Send every call of ``spec``'s ``name`` through ``tapping.call(transform, batch)`` until :func:`untap`."""
-    _TAPS.setdefault(id(spec), {})[name] = tapping
+    with STATE.lock:
+        STATE.taps.setdefault(id(spec), {})[name] = tapping
 
 
 def untap(spec: Any, name: str, tapping: Any) -> None:
     """Take ``tapping`` off ``spec``'s ``name`` (only if it is still the one there)."""
-    taps = _TAPS.get(id(spec), {})
-    if tapping is not None and taps.get(name) is tapping:
-        del taps[name]
-        if not taps:
-            del _TAPS[id(spec)]
+    with STATE.lock:
+        taps = STATE.taps.get(id(spec), {})
+        if tapping is not None and taps.get(name) is tapping:
+            del taps[name]
+            if not taps:
+                del STATE.taps[id(spec)]
 
 
 def call(spec: Any, name: str, transform: Callable[[Any], Any], batch: Any) -> Any:
     """``transform(batch)``, through ``spec``'s tap of ``name`` if it has one."""
-    tapping = _TAPS.get(id(spec), {}).get(name) if _TAPS else None
+    taps = STATE.taps
+    tapping = taps.get(id(spec), {}).get(name) if taps else None
     return transform(batch) if tapping is None else tapping.call(transform, batch)
 
 
@@ -287,6 +282,6 @@ class Tapped(TapsInside):
 def tapped(spec: Any, name: str, value: Any) -> Any:
     """What a trainer's read of ``spec.<name>`` gives while ``spec`` has a tap of ``name``: ``value`` called through
     it (a value that taps inside, or that nothing should run, as it is)."""
-    if not _TAPS or name not in _TAPS.get(id(spec), {}) or isinstance(value, TapsInside) or not holds(value):
+    if not STATE.taps or name not in STATE.taps.get(id(spec), {}) or isinstance(value, TapsInside) or not holds(value):
         return value
     return Tapped(spec, name, value)

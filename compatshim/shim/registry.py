@@ -1,5 +1,5 @@
-"""Everything the shim knows about this process, in one object (:data:`STATE`), after gevent's ``monkey._state`` and
-OpenTelemetry's ``BaseInstrumentor``."""
+"""Everything compatshim keeps about this process, in one object (:data:`STATE`), after gevent's ``monkey._state`` and
+OpenTelemetry's ``BaseInstrumentor``: the shim's switch and patches, and the monitor's taps, index and patch sets."""
 
 from __future__ import annotations
 
@@ -37,6 +37,19 @@ class ShimState:
     starting: Optional[str] = None
     #: One-per-process warnings already given (by key).
     warned: set[str] = dataclasses.field(default_factory=set)
+    #: The monitor's taps, by DataSpec (its id, while a tap holds it), then transform name (written under ``lock``).
+    taps: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: By dataloader (its id): weak references to the DataSpecs noted over it, newest last (the monitor's index).
+    over: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
+    #: The monitor's watch of ``DataSpec`` (observe-only), and its attaching to every ``Trainer``: patch sets of their
+    #: own, which ``disable()`` leaves alone.
+    watch: PatchSet = dataclasses.field(default_factory=lambda: PatchSet('compatshim.monitor.unwatch()'))
+    attaching: PatchSet = dataclasses.field(default_factory=lambda: PatchSet('compatshim.monitor.unwatch()'))
+    #: The arguments of the monitor :func:`compatshim.monitor.attach_to_every_trainer` adds to every Trainer.
+    attach: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The monitor's arguments, when ``compatshim run`` asked to attach it while ``compatshim.monitor`` was itself
+    #: being imported: that module attaches itself at the end of its import.
+    pending: Optional[dict[str, Any]] = None
 
     @property
     def active(self) -> bool:

@@ -12,18 +12,12 @@ import inspect
 import types
 from typing import Any, Callable, Optional
 
-from compatshim.config.support import Family
+from compatshim.config.support import HOOKS, Family
 from compatshim.errors import UnexpectedComposerShapeError
 from compatshim.shim.patching import describe
 
 __all__ = ['check_shape', 'detect_family']
 
-# The names each method's code must use, per family: the call sites the patch plan relies on.
-_BATCH_HOOK = {
-    Family.HOST: 'device_transforms',
-    Family.DROPPED: 'batch_transforms',
-    Family.REJECTED: 'batch_transforms',
-}
 _PARAMS = {
     Family.HOST: ({'device_transforms'}, {'batch_transforms', 'microbatch_transforms'}),
     Family.DROPPED: ({'device_transforms', 'batch_transforms', 'microbatch_transforms'}, set()),
@@ -55,8 +49,7 @@ def _problems(family: Family, data_spec_cls: type, trainer_cls: type) -> list[st
         problems.append(f'DataSpec.__init__ lacks {sorted(missing)}')
     if extra := forbidden & params:
         problems.append(f'DataSpec.__init__ unexpectedly takes {sorted(extra)}')
-    hook = _BATCH_HOOK[family]
-    microbatch = [] if family is Family.HOST else ['microbatch_transforms']
+    hook, *microbatch = HOOKS[family]  # the names each method's code must use: the call sites the plan relies on
     uses = {
         '_train_loop': [hook],
         '_train_microbatches': ['batch_to_device', *microbatch],

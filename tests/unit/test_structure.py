@@ -310,3 +310,57 @@ def test_a_planted_stale_path_fails_the_check() -> None:
     planted = '"""See ``patches/trainer.py`` and docs/harness.md."""\n\nx = 1  # compatshim/shim/nowhere.py, matrix/\n'
     assert missing_paths(planted) == ['patches/trainer.py', 'compatshim/shim/nowhere.py']
     assert missing_paths('"""``matrix/baselines/<device>/<env>.json``, composer/core/data_spec.py."""') == []
+
+
+#: What makes a module-level value process state: a mutable literal, or a call that builds a container or a lock.
+_MUTABLE_CALLS = {'dict', 'list', 'set', 'defaultdict', 'deque', 'Counter', 'local', 'PatchSet', 'ShimState', 'RLock'}
+
+
+def module_state(source: str) -> list[str]:
+    """The names ``source`` binds at module level to mutable process state (``__all__`` and constants aside)."""
+    found = []
+    for node in ast.parse(source).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        value = getattr(node, 'value', None)
+        call = value.func if isinstance(value, ast.Call) else None
+        called = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else None
+        mutable = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp))
+        for target in targets:
+            name = target.id if isinstance(target, ast.Name) else ''
+            if name == '__all__':
+                continue
+            if called in _MUTABLE_CALLS or (mutable and not name.isupper()):
+                found.append(name)
+            elif mutable and isinstance(value, (ast.List, ast.Set)):
+                found.append(name)  # a "constant" one can append to
+    return found
+
+
+#: Module-level values that are process state outside the registry, each with why it must be.
+STATE_ELSEWHERE = {
+    'compatshim.shim.registry': ['STATE'],  # the one place
+    'compatshim.shim.loops': ['_local'],  # the running loops of *this thread*: threading.local, by definition apart
+}
+
+
+def test_process_state_lives_in_the_registry() -> None:
+    for name, path in MODULES.items():
+        assert module_state(path.read_text()) == STATE_ELSEWHERE.get(name, []), name
+
+
+def test_one_definition_of_the_hook_names_per_family() -> None:
+    """The per-family tuples of hook names are ``config.support.HOOKS``; no other module spells a family's set."""
+    pattern = re.compile(r"Family\.(HOST|DROPPED|REJECTED):\s*\('(device|batch)_transforms'")
+    spelt = [name for name, path in MODULES.items() if pattern.search(path.read_text())]
+    assert spelt == ['compatshim.config.support'], spelt
+
+
+def test_the_state_check_fails_on_planted_state() -> None:
+    assert module_state('X = 1\n_seen = {}\ncache: list[int] = []\nLOCK = threading.RLock()\nNAMES = ["a"]\n') == [
+        '_seen',
+        'cache',
+        'LOCK',
+        'NAMES',
+    ]
