@@ -372,7 +372,7 @@ def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) 
 @contextlib.contextmanager
 def _seeded(seed: int = 0) -> Iterator[None]:
     """The random generators seeded for the block and put back after it (Python's, numpy's, torch's on the host and on
-    every cuda and mps device: :class:`~compatshim.observe.work.Generators`): a shuffling dataloader gives every run of
+    every cuda and mps device: :class:`~compatshim.bench.work.Generators`): a shuffling dataloader gives every run of
     the same code the same batches, whatever ran before it in the process (a test session), so that work counted on
     them is the same; the caller's own draws, on every device, go on as they were."""
     with generators_kept():

@@ -81,7 +81,7 @@ def test_a_transform_returning_none_gets_a_note_on_composers_own_error() -> None
     compatshim.enable(stage='batch')
     device = make_device()
     t, _ = trainer(device, train_dataloader=_spec(lambda batch: None), max_duration='2ba')
-    with pytest.raises(Exception) as info:  # noqa: B017,PT011 (Composer's own type, whatever the release raises)
+    with pytest.raises(Exception) as info:
         t.fit()
     assert not isinstance(info.value, compatshim.CompatShimError)
     assert not any('compatshim' in line for line in str(info.value).splitlines()), 'the message was changed'
