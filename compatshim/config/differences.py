@@ -21,6 +21,12 @@ DIFFERENCES: dict[str, str] = {
     "(0.24.1's was `_default_device_transforms`; a subclass's own `_default_device_transforms` runs, as on 0.24.1).",
     'native': "On 0.27+, Composer's own `batch_transforms` and `microbatch_transforms` run too, around "
     '`device_transforms`, as that release runs them.',
+    'built-before': 'A DataSpec built before `enable()` on 0.27+: 0.27–0.28 dropped its `device_transforms` argument '
+    '(nothing is left to run) and 0.29+ refused it (`TypeError`); build DataSpecs after `enable()`, or start the job '
+    'with `compatshim run`. (On 0.25–0.26 such a DataSpec runs on the device.)',
+    'wrapped-lookup': "On 0.25–0.26, a DataSpec subclass's own `__getattribute__` that wraps what `device_transforms` "
+    'reads: its wrapper is called with the batch before the move (the trainer calls the attribute before moving, and '
+    'the shim moves inside what the wrapper was given); the transform inside it runs on the device.',
     'microbatch': 'Stage `"microbatch"` (opted in): the transform runs once per microbatch, after its move, on the '
     'microbatch Composer split (a tuple for a list batch), so its calls, batch statistics and results are per '
     'microbatch, and the whole batch is never on the device (events before the move see it on the host).',

@@ -90,6 +90,9 @@ def _by_position(
     moved = [(i, mine, theirs) for i, mine, theirs in moved if mine != theirs]
     if not moved:
         return args, kwargs
+    twice = next((theirs for _, _, theirs in moved if theirs in kwargs), None)
+    if twice is not None:  # as Python said it on 0.24.1, where the position was that keyword's
+        raise TypeError(f"DataSpec.__init__() got multiple values for argument '{twice}'")
     if family is Family.DROPPED and len(args) > 4 and args[3] is not None and len(args) <= len(REFERENCE_PARAMETERS):
         named = dict(zip(REFERENCE_PARAMETERS, args))
         if not set(named) & set(kwargs):
@@ -155,13 +158,19 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
         return BatchHook(spec, None, value)
-    try:  # as the DataSpec serves it (a subclass's own ``__getattribute__`` included); not a hook on 0.27+
-        transform = getattr(spec, 'device_transforms')  # noqa: B009
-    except AttributeError:
-        transform = None
     if name == 'batch_transforms':
-        return BatchHook(spec, value, transform)
-    return MicrobatchHook(spec, value, transform)
+        return BatchHook(spec, value)
+    return MicrobatchHook(spec, value)
+
+
+def _fallback(spec: Any, name: str) -> Any:
+    """What Python gives after ``AttributeError``: the class's ``__getattr__`` (a delegating subclass), else ``None``
+    (``del spec.device_transforms``, or a subclass that never ran the base ``__init__``)."""
+    fallback = getattr(type(spec), '__getattr__', None)
+    try:
+        return None if fallback is None else fallback(spec, name)
+    except AttributeError:
+        return None
 
 
 def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, family: Family) -> Callable[..., Any]:
@@ -174,10 +183,10 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, fa
         try:
             value = record.original(self, name)
         except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base ``__init__``
-            if not notes.read_by_trainer():
+            if not notes.by_trainer():
                 raise
-            return for_trainer(self, name, None)
-        return for_trainer(self, name, value) if notes.read_by_trainer() else value
+            return for_trainer(self, name, _fallback(self, name))
+        return for_trainer(self, name, value) if notes.by_trainer() else value
 
     return __getattribute__
 

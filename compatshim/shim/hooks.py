@@ -18,32 +18,42 @@ from compatshim.shim import loops, notes
 from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
 from compatshim.shim.registry import STATE
 
-__all__ = ['BatchHook', 'MicrobatchHook', 'add_note', 'note_reshaped']
+__all__ = ['BatchHook', 'MicrobatchHook', 'add_note', 'device_transforms_of', 'note_reshaped']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
 
 
+def device_transforms_of(spec: Any) -> Optional[Transform]:
+    """``spec.device_transforms`` as the DataSpec serves it (a subclass's own lookup included), read once where the
+    transform runs (as 0.24.1's trainer read it once per batch); ``None`` where it has none. On 0.27+ this name is no
+    hook, so the read is the user's own."""
+    try:
+        return getattr(spec, 'device_transforms')  # type: ignore[no-any-return]  # noqa: B009
+    except AttributeError:
+        return None
+
+
 class BatchHook(TapsInside):
-    """The batch-level hook: ``native`` (0.27+ ``batch_transforms``), then, at stage ``batch``, move + ``transform``.
+    """The batch-level hook: ``native`` (0.27+ ``batch_transforms``), then, at stage ``batch``, move + the transform.
 
     At stage batch it does what 0.24.1's trainer did, with a transform or without: the whole batch is moved,
-    ``state.batch`` becomes the moved batch, the transform runs on it, and the loop's later moves in this step
+    ``state.batch`` becomes the moved batch, the transform runs on it, and the trainer's later moves in this step
     (Composer's per-microbatch move) leave what it returned as it is.
 
     Args:
         spec: The DataSpec whose hook the trainer read.
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
-        transform: ``spec.device_transforms`` as it resolved at the read (``None``: none).
+        transform: ``spec.device_transforms`` as the trainer's read resolved it (0.25–0.26); 0.27+ read it at the call.
     """
 
     __slots__ = ('native', 'spec', 'transform')
 
-    def __init__(self, spec: Any, native: Optional[Transform], transform: Optional[Transform]) -> None:
+    def __init__(self, spec: Any, native: Optional[Transform], transform: Optional[Transform] = None) -> None:
         self.spec, self.native, self.transform = spec, native, transform
 
     def __call__(self, batch: Batch) -> Batch:
-        spec, transform, native = self.spec, self.transform, self.native
+        spec, native = self.spec, self.native
         frame = loops.current_frame()
         if frame is not None:
             frame.new_step()
@@ -51,19 +61,19 @@ class BatchHook(TapsInside):
             batch = call(spec, 'batch_transforms', native, batch)
         if frame is None:  # called by hand outside a loop
             return batch
-        held = holds(transform)  # not ``None`` (or ``del``), not Composer's identity
+        host = STATE.family is Family.HOST
         if stage_of(spec) == 'batch':
+            transform = self.transform if host else device_transforms_of(spec)
             moved = frame.device.batch_to_device(batch)
             if frame.state is not None:
                 frame.state.batch = moved  # 0.24.1 assigned the moved batch before calling the transform
-            out = call(spec, 'device_transforms', transform, moved) if held else moved  # type: ignore[arg-type]
+            out = call(spec, 'device_transforms', transform, moved) if holds(transform) else moved  # type: ignore[arg-type]
             frame.moved(transform, spec, moved, out)
             return out
-        if not held:
-            return batch
-        assert transform is not None
-        if STATE.family is not Family.HOST:
+        transform = self.transform
+        if not host or not holds(transform):
             return batch  # 0.27+: the microbatch hook runs it after each move
+        assert transform is not None
         if frame.mode == 'predict':
             return call(spec, 'device_transforms', transform, batch)  # 0.25–0.26 predict moves the whole batch first
         frame.arm(lambda microbatch: call(spec, 'device_transforms', transform, microbatch))
@@ -74,28 +84,34 @@ class BatchHook(TapsInside):
 
 
 class MicrobatchHook(TapsInside):
-    """The microbatch-level hook (0.27+): at stage ``microbatch``, ``transform`` then ``native``.
+    """The microbatch-level hook (0.27+): at stage ``microbatch``, ``spec.device_transforms`` (read then) and
+    ``native``.
 
     Args:
         spec: The DataSpec whose hook the trainer read.
-        native: The DataSpec's own ``microbatch_transforms``.
-        transform: ``spec.device_transforms`` as it resolved at the read (``None``: none).
+        native: The DataSpec's own ``microbatch_transforms`` (``None``: none).
     """
 
-    __slots__ = ('native', 'spec', 'transform')
+    __slots__ = ('native', 'spec')
 
-    def __init__(self, spec: Any, native: Transform, transform: Optional[Transform]) -> None:
-        self.spec, self.native, self.transform = spec, native, transform
+    def __init__(self, spec: Any, native: Optional[Transform]) -> None:
+        self.spec, self.native = spec, native
 
     def __call__(self, microbatch: Batch) -> Batch:
-        spec, transform = self.spec, self.transform
-        if holds(transform) and stage_of(spec) == 'microbatch' and loops.current_frame() is not None:
-            assert transform is not None
-            microbatch = call(spec, 'device_transforms', transform, microbatch)
-        return call(spec, 'microbatch_transforms', self.native, microbatch) if holds(self.native) else microbatch
+        spec = self.spec
+        if stage_of(spec) == 'microbatch' and loops.current_frame() is not None:
+            transform = device_transforms_of(spec)
+            if holds(transform):
+                microbatch = call(spec, 'device_transforms', transform, microbatch)  # type: ignore[arg-type]
+        native = self.native
+        return (
+            call(spec, 'microbatch_transforms', native, microbatch)
+            if native is not None and holds(native)
+            else microbatch
+        )
 
     def __repr__(self) -> str:
-        return f'MicrobatchHook({spec_name(self.spec)}, transform={self.transform!r}, native={self.native!r})'
+        return f'MicrobatchHook({spec_name(self.spec)}, native={self.native!r})'
 
 
 #: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by a part of their code's name.

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 from compatshim.shim import patching
-from compatshim.shim.notes import kind, spec_name, transform_name
+from compatshim.shim.notes import by_trainer, kind, spec_name, transform_name
+from compatshim.shim.registry import STATE
 
 __all__ = ['LoopFrame', 'current_frame', 'loop_frame']
 
@@ -40,8 +41,8 @@ class LoopFrame:
     #: Stage batch: the transform that changed its batch's structure in this step, both structures and its DataSpec,
     #: noted on an error of Composer's readers of the batch in this step.
     reshaped: Optional[tuple[str, str, str, str]] = None
-    #: The device's ``batch_to_device`` replaced by this frame's interposer.
-    _interposed: Optional[patching.Swap] = None
+    #: The interposer this frame uses on its device (shared by every frame of that device, on any thread).
+    _interposer: Optional[_Interposer] = None
 
     def new_step(self) -> None:
         """A new batch reached the shim's hook: what the last step's did no longer applies."""
@@ -61,33 +62,48 @@ class LoopFrame:
         self._interpose()
 
     def _interpose(self) -> None:
-        if not isinstance(vars(self.device).get('batch_to_device'), _Interposer):
-            self._interposed = patching.swap(
-                self.device, 'batch_to_device', lambda move: _Interposer(self.device, move)
-            )
+        if self._interposer is not None:
+            return
+        with STATE.lock:
+            interposer = vars(self.device).get('batch_to_device')
+            if not isinstance(interposer, _Interposer):
+                device = self.device
+                swapped = patching.swap(device, 'batch_to_device', lambda move: _Interposer(device, move))
+                interposer = swapped.replacement
+                interposer.swapped = swapped
+            interposer.users += 1
+            self._interposer = interposer
 
     def close(self) -> None:
-        if self._interposed is not None:
-            self._interposed.undo()
-            self._interposed = None
+        """The loop ended: its device's interposer goes once no frame (of any thread) uses it."""
+        interposer, self._interposer = self._interposer, None
+        if interposer is not None:
+            with STATE.lock:
+                interposer.users -= 1
+                if interposer.users == 0 and interposer.swapped is not None:
+                    interposer.swapped.undo()
 
 
 class _Interposer:
-    """Stands in for ``device.batch_to_device`` while a frame needs it: in the innermost frame of this device, the
-    batch as it is after the shim's move of the step, else the move (then the armed transform)."""
+    """Stands in for ``device.batch_to_device`` while frames need it. In the innermost frame of this device, the
+    trainer's own moves: after the shim's move of the step, the batch as it is; armed, the move, then the transform.
+    Every other move (a callback's, the transform's own, another loop's) is the move alone."""
 
     def __init__(self, device: Any, move: Callable[[Batch], Batch]) -> None:
         self.device = device
         self.move = move
+        self.users = 0
+        self.swapped: Optional[patching.Swap] = None
 
     def __call__(self, batch: Batch) -> Batch:
         frame = current_frame()
         if frame is None or frame.device is not self.device:
             return self.move(batch)
-        if frame.passed:
+        trainers = by_trainer()
+        if frame.passed and trainers:
             return batch
         moved = self.move(batch)
-        return moved if frame.armed is None else frame.armed(moved)
+        return moved if frame.armed is None or not trainers else frame.armed(moved)
 
 
 def _stack() -> list[LoopFrame]:

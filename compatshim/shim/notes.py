@@ -46,7 +46,7 @@ __all__ = [
     'own',
     'noted',
     'over',
-    'read_by_trainer',
+    'by_trainer',
     'slots',
     'spec_name',
     'stage_of',
@@ -153,9 +153,10 @@ def stage_of(spec: Any) -> Optional[str]:
     return stage or STATE.stage
 
 
-def read_by_trainer() -> bool:
-    """Whether the attribute read being served is Composer's trainer's: the first caller past compatshim's own frames
-    and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the trainer's module."""
+def by_trainer() -> bool:
+    """Whether the attribute read (or the call) being served is Composer's trainer's: the first caller past
+    compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the trainer's
+    module."""
     frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None:
         name: str = frame.f_globals.get('__name__', '')

@@ -22,9 +22,20 @@ Program = dict[str, str]
 #: Each axis and its values (the first is the plainest).
 AXES: dict[str, tuple[str, ...]] = {
     # How the transform is given.
-    'given': ('keyword', 'position', 'position5', 'assigned_before', 'assigned_between', 'callback', 'none', 'del'),
-    # The DataSpec: Composer's, a subclass with a method, a property, its own default, its own __getattribute__, one
-    # that never runs the base __init__; a shallow copy, a pickle round trip.
+    'given': (
+        'keyword',
+        'position',
+        'position5',
+        'twice',
+        'assigned_before',
+        'assigned_between',
+        'callback',
+        'none',
+        'del',
+    ),
+    # The DataSpec: Composer's, a subclass with a method, a property (its reads counted), its own default, its own
+    # __getattribute__, one that never runs the base __init__, one delegating to an inner DataSpec through
+    # __getattr__; a shallow copy, a pickle round trip.
     'spec': (
         'plain',
         'sub_method',
@@ -32,21 +43,22 @@ AXES: dict[str, tuple[str, ...]] = {
         'own_default',
         'own_getattribute',
         'no_base_init',
+        'delegating',
         'copy',
         'pickle',
     ),
     # The transform's shape.
     'transform': ('function', 'lambda', 'partial', 'bound_method', 'module', 'getattr_object', 'torchvision_v2'),
     # What it does: changes the structure (a tuple for the list, a dict), leaves a part on the host, reads
-    # state.batch, modifies in place, raises.
-    'effect': ('plain', 'restructure', 'to_dict', 'host', 'state_batch', 'inplace', 'raises'),
+    # state.batch, moves a tensor of its own with the trainer's device, modifies in place, raises.
+    'effect': ('plain', 'restructure', 'to_dict', 'host', 'state_batch', 'moves', 'inplace', 'raises'),
     # The loop: fit on the Trainer's dataloader, fit's own argument (two fits), an evaluator, predict.
     'loop': ('train', 'fit_args', 'eval', 'predict'),
     'microbatch': ('none', 'int', 'auto'),
     # A Trainer subclass that overrides each loop method and calls super().
     'trainer': ('plain', 'subclass'),
-    # A callback that records where state.batch is at each event.
-    'events': ('none', 'record'),
+    # A callback that records where state.batch is at each event; one that also moves a tensor of its own there.
+    'events': ('none', 'record', 'move'),
     # An error raised later by the user's own code: the model, a callback (a NaN guard), the dataset.
     'later': ('none', 'model', 'callback', 'dataset'),
 }

@@ -91,6 +91,8 @@ def core(batch: Any, scale: float = 2.0) -> Any:
     if effect == 'raises' and k == 2:
         raise ValueError('the transform failed on its second call')
     x, y = batch[0], batch[1]
+    if effect == 'moves':  # a tensor of its own, moved with the trainer's device
+        x = x + LOG['state'].device.batch_to_device(torch.ones(4))
     if effect == 'inplace':
         x.mul_(scale).add_(k)
         return batch
@@ -181,6 +183,7 @@ def spec_class(kind: str) -> type:
         class WithProperty(DataSpec):  # type: ignore[misc]
             @property
             def device_transforms(self) -> Any:
+                LOG['property_reads'] = LOG.get('property_reads', 0) + 1
                 return self._held
 
             @device_transforms.setter
@@ -202,6 +205,19 @@ def spec_class(kind: str) -> type:
                 return super().__getattribute__(name)
 
         return Logged
+
+    if kind == 'delegating':
+
+        class Delegating(DataSpec):  # type: ignore[misc]  # never runs the base __init__; asks an inner DataSpec
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self.inner = DataSpec(*args, **kwargs)
+
+            def __getattr__(self, name: str) -> Any:
+                if name == 'inner':
+                    raise AttributeError(name)
+                return getattr(self.inner, name)
+
+        return Delegating
 
     class Own(DataSpec):  # type: ignore[misc]  # never runs the base __init__
         def __init__(
@@ -227,6 +243,8 @@ def build(p: dict[str, Any], fn: Any) -> Any:
         spec = cls(loader, None, None, fn)
     elif given == 'position5':  # and split_batch after it, as 0.24.1 ordered them
         spec = cls(loader, None, None, fn, _split)
+    elif given == 'twice':  # by position and by keyword: a TypeError on 0.24.1
+        spec = cls(loader, None, None, fn, device_transforms=fn)
     elif given == 'none':
         spec = cls(loader, device_transforms=None)
     else:
@@ -304,7 +322,7 @@ def callbacks(p: dict[str, Any], spec: Any, fn: Any) -> list[Any]:
     class Events(Callback):  # type: ignore[misc]
         def run_event(self, event: Event, state: Any, logger: Any) -> None:
             name = event.value
-            if p['events'] == 'record' and name in (
+            if p['events'] != 'none' and name in (
                 'after_dataloader',
                 'before_forward',
                 'eval_batch_start',
@@ -313,6 +331,8 @@ def callbacks(p: dict[str, Any], spec: Any, fn: Any) -> list[Any]:
                 'predict_before_forward',
             ):
                 LOG['events'].append([name, _places(state.batch)])
+                if p['events'] == 'move':  # a tensor of the callback's own, moved with the trainer's device
+                    LOG['events'].append([f'{name} moved', _places(state.device.batch_to_device(torch.zeros(2)))])
             if name in ('batch_end', 'eval_batch_end', 'predict_batch_end') and p['given'] == 'callback':
                 if not LOG.get('assigned'):
                     LOG['assigned'] = True
@@ -402,5 +422,7 @@ def run(p: dict[str, Any]) -> dict[str, Any]:
 
     trace['warned'] = sorted({str(w.message)[:80] for w in caught if issubclass(w.category, CompatShimWarning)})
     trace.update(calls=LOG['calls'], forwards=LOG['forwards'], events=LOG['events'])
+    if 'property_reads' in LOG:  # 0.24.1's trainer read the attribute once per batch
+        trace['property_reads'] = LOG['property_reads']
     LOG.clear()
     return trace
