@@ -26,13 +26,15 @@ from compatshim.config.support import Family, family_of, installed
 from compatshim.devices.accelerator import of_device
 from compatshim.errors import CompatShimWarning, TransformPlacementError
 from compatshim.observe import recorder as _recorder
+from compatshim.observe import slots as view
 from compatshim.observe import steps as _steps
 from compatshim.observe.placement import Placement
+from compatshim.observe.slots import Fate, Slot
 from compatshim.observe.steps import Summary, Target, TransformSummary
 from compatshim.observe.watch import unwatch as _unwatch_dataspecs
 from compatshim.observe.watch import watch
-from compatshim.shim import notes, patching
-from compatshim.shim.notes import Fate, Slot
+from compatshim.shim import patching
+from compatshim.shim.notes import spec_name
 from compatshim.shim.registry import STATE
 
 __all__ = [
@@ -52,21 +54,21 @@ class _Watched:
     """A DataSpec this monitor watches: the transforms it holds (as it held them when tapped) and their taps."""
 
     def __init__(self, spec: Any, slots: list[Slot], make_tap: Callable[[], Any]) -> None:
-        self.spec, self.spec_name, self.slots = spec, notes.spec_name(spec), tuple(slots)
+        self.spec, self.spec_name, self.slots = spec, spec_name(spec), tuple(slots)
         self.targets = [Target(slot, None if slot.fate is Fate.DROPPED else make_tap()) for slot in slots]
         for target in self.targets:
             if target.tap is not None:
-                notes.tap(spec, target.slot.name, target.tap)
+                view.tap(spec, target.slot.name, target.tap)
         #: The tap of its device_transforms (``None``: none held, or nothing will call it).
         self.device_tap = next((t.tap for t in self.targets if t.slot.name == 'device_transforms'), None)
 
     def remove(self) -> None:
         for target in self.targets:
-            notes.untap(self.spec, target.slot.name, target.tap)
+            view.untap(self.spec, target.slot.name, target.tap)
 
     def is_current(self, spec: Any) -> bool:
         """Whether this is ``spec`` holding what it held when tapped (nothing assigned that changes a fate since)."""
-        return self.spec is spec and self.slots == tuple(notes.slots(spec))
+        return self.spec is spec and self.slots == tuple(view.slots(spec))
 
 
 def _drops_the_argument() -> bool:
@@ -221,15 +223,15 @@ class TransformMonitor(Callback):
         else:
             evaluators = reversed(getattr(state, 'evaluators', None) or [])
             spec = next((e.dataloader for e in evaluators if e.label == label), None)
-        spec = spec if notes.over(spec, loader) else notes.find(loader)
-        if spec is None or (not notes.noted(spec) and _drops_the_argument()):
+        spec = spec if view.over(spec, loader) else view.find(loader)
+        if spec is None or (not view.noted(spec) and _drops_the_argument()):
             return None
         return spec
 
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
         """The running DataSpec, found and tapped once per loop: what it is known to do is said then."""
         cached = self._current.get(label)
-        if label in self._current and (cached is None or notes.over(cached.spec, state.dataloader)):
+        if label in self._current and (cached is None or view.over(cached.spec, state.dataloader)):
             return cached
         self._current[label] = watched = self._watch_found(self._find(state, label), label)
         return watched
@@ -244,7 +246,7 @@ class TransformMonitor(Callback):
         if watched is None or not watched.is_current(spec):
             if watched is not None:
                 watched.remove()
-            watched = self._watched[id(spec)] = _Watched(spec, notes.slots(spec), self._steps.tap)
+            watched = self._watched[id(spec)] = _Watched(spec, view.slots(spec), self._steps.tap)
             slot = next((s for s in watched.slots if s.name == 'device_transforms'), None)
             if slot is not None and slot.fate is Fate.DROPPED:
                 self._complain(watched, Placement.NEVER_CALLED, label)

@@ -152,9 +152,9 @@ class Window:
 class Tap:
     """Counts a transform's calls, each call's input placement, and the time the calls took, per window.
 
-    The monitor taps a DataSpec's transform by name (:func:`compatshim.shim.notes.tap`): whatever calls that transform
-    calls it through :meth:`call`, and the DataSpec's attribute is never replaced. Given a ``transform``, the tap is
-    also a callable standing for it (``tap(batch)``).
+    The monitor taps a DataSpec's transform by name (:func:`compatshim.observe.slots.tap`): whatever calls that
+    transform calls it through :meth:`call`, and the DataSpec's attribute is never replaced. Given a ``transform``, the
+    tap is also a callable standing for it (``tap(batch)``).
 
     Args:
         transform: The transform ``tap(batch)`` calls (its result is returned, its exceptions propagate).

@@ -14,7 +14,7 @@ from compatshim.config.settings import KILL_SWITCH
 from compatshim.config.support import AFFECTED, UNAFFECTED, family_of
 from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import MoveCounter, Tap, Window, clock_for, summarize_places
-from compatshim.shim.notes import Fate, Slot
+from compatshim.observe.slots import Fate, Slot
 
 #: Steps kept per label and transform for the medians of a summary (the totals count every step).
 KEEP_STEPS = 4096
@@ -284,8 +284,8 @@ class TransformSummary:
     ms_per_step: Optional[float]
     #: ``batch`` or ``microbatch`` (``None``: the shim's, while the shim is off; or nothing runs it).
     stage: Optional[str]
-    #: What became of it (:class:`compatshim.shim.notes.Fate`): called by Composer, before the move, dropped, placed by
-    #: the shim.
+    #: What became of it (:class:`compatshim.observe.slots.Fate`): called by Composer, before the move, dropped,
+    #: placed by the shim.
     fate: Fate = Fate.CALLED
     #: The time of every step kept (the last ones of a long loop), on the same clock as ``ms_per_step``.
     ms_in_all: Optional[float] = None

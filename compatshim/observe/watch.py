@@ -1,7 +1,7 @@
 """The monitor's watch: two observe-only patches of ``DataSpec``, in a patch set of their own.
 
 * ``__init__``: after Composer (and the shim, if it is on) built the DataSpec, it writes down which transform
-  arguments the DataSpec was given (:func:`compatshim.shim.notes.note`), so that the monitor can tell a transform
+  arguments the DataSpec was given (:func:`compatshim.observe.slots.note`), so that the monitor can tell a transform
   Composer dropped (0.27–0.28) from one never given.
 * ``__getattribute__``: while the shim is off, a read of a transform by Composer's trainer, on a DataSpec the monitor
   taps, gets the transform called through its tap (:func:`compatshim.shim.notes.tapped`). Every other read — the
@@ -19,6 +19,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
+from compatshim.observe.slots import note
 from compatshim.shim import notes, patching
 from compatshim.shim.data_spec import given
 from compatshim.shim.registry import STATE
@@ -37,7 +38,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch) -> Callabl
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         record.original(self, *args, **kwargs)
         if record.active:
-            notes.note(self, given(signature, args, kwargs))
+            note(self, given(signature, args, kwargs))
 
     return __init__
 
@@ -47,7 +48,7 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) ->
 
     def __getattribute__(self: Any, name: str) -> Any:
         value = record.original(self, name)
-        if name in _NAMES and STATE.stage is None and record.active and notes.read_by_trainer():
+        if name in _NAMES and STATE.stage is None and record.active and notes.by_trainer():
             return notes.tapped(self, name, value)
         return value
 
