@@ -253,7 +253,7 @@ def make_probe(
     # The DataSpec as the trainer reads it at every batch (the reads made from the trainer's module): 0.25-0.26 call
     # device_transforms, 0.27+ batch_transforms and then microbatch_transforms; and both count and split the batch.
     host = 'batch_transforms' not in vars(spec)
-    read = _trainer_read()
+    read, move = _as_the_trainer()
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
@@ -261,19 +261,23 @@ def make_probe(
         hooked = read(spec, 'device_transforms' if host else 'batch_transforms')(batch)
         for reader in ('get_num_samples_in_batch', 'get_num_tokens_in_batch', 'split_batch'):
             read(spec, reader)
-        moved = device.batch_to_device(hooked)
+        moved = move(device, hooked)
         return moved if host else read(spec, 'microbatch_transforms')(moved)
 
     return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train'))
 
 
-def _trainer_read() -> Callable[[Any, str], Any]:
-    """``getattr`` as Composer's trainer calls it: from a function of the module ``composer.trainer.trainer`` (the
-    shim serves that module's reads of a DataSpec's hooks), so that the probe pays what a trainer's read pays."""
+def _as_the_trainer() -> tuple[Callable[[Any, str], Any], Callable[[Any, Any], Any]]:
+    """``getattr`` and ``device.batch_to_device`` as Composer's trainer calls them: from functions of the module
+    ``composer.trainer.trainer`` (the shim serves that module's reads of a DataSpec's hooks, and its moves in a step),
+    so that the probe pays what a trainer's read and move pay."""
     namespace: dict[str, Any] = {'__name__': 'composer.trainer.trainer'}
-    exec('def read(spec, name):\n    return getattr(spec, name)\n', namespace)  # a fixed line of ours
-    read: Callable[[Any, str], Any] = namespace['read']
-    return read
+    code = (
+        'def read(spec, name):\n    return getattr(spec, name)\n'
+        'def move(device, batch):\n    return device.batch_to_device(batch)\n'
+    )
+    exec(code, namespace)  # fixed lines of ours
+    return namespace['read'], namespace['move']
 
 
 def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:
