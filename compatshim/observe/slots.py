@@ -52,7 +52,9 @@ def note(spec: Any, given: frozenset[str]) -> None:
     and that it is over its dataloader."""
     if not hasattr(spec, '__dict__'):
         return
-    vars(spec)[NOTE_ATTRIBUTE] = frozenset(name for name in given if not hasattr(spec, name))
+    held = own(spec)  # read without calling anything of the user's: a property's getter is not run
+    dropped = (name for name in given if name not in held and not any(name in vars(c) for c in type(spec).__mro__))
+    held[NOTE_ATTRIBUTE] = frozenset(dropped)
     loader = getattr(spec, 'dataloader', None)
     if loader is not None:
         with STATE.lock:  # train, eval and predict may share a dataloader, each with its own DataSpec

@@ -99,11 +99,10 @@ class _Interposer:
         frame = current_frame()
         if frame is None or frame.device is not self.device:
             return self.move(batch)
-        trainers = by_trainer()
-        if frame.passed and trainers:
+        if frame.passed and by_trainer():
             return batch
         moved = self.move(batch)
-        return moved if frame.armed is None or not trainers else frame.armed(moved)
+        return moved if frame.armed is None or not by_trainer() else frame.armed(moved)
 
 
 def _stack() -> list[LoopFrame]:
