@@ -185,18 +185,29 @@ def test_work_that_leaves_torch_is_named_and_a_count_change_of_it_is_never_an_im
 
 @pytest.mark.runs_in('family:rejected')
 def test_a_transform_ten_times_as_slow_fails_the_timing_gate(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
-    """Nine rounds (five can gate, but under ``tox -p auto`` an env beside this one spread five rounds' middle half
-    past the stability limit), the transform doing its work ten times (several times the step): every leg that runs
-    it falls against the ceiling beside it far beyond the 20% minimum effect, and the compare exits 1 naming them; the
-    ceiling, which never runs it, does not."""
-    args = ('--steps', '6', '--rounds', '9')
-    assert _bench(capsys, *args, '--save', 'main')[0] == 0
-    monkeypatch.setenv('PIPELINE_SLOWER', '10')
-    code, out, _ = _bench(capsys, *args, '--compare', 'main')
-    assert code == 1, out
-    for leg in ('native-batch', 'native-microbatch', 'shim-batch', 'shim-microbatch'):  # every leg that runs it
-        assert f'REGRESSION {SPEC} {leg}/ceiling' in out, out
+    """Five rounds (the fewest that can gate), the transform doing its work ten times (several times the step): every
+    leg that runs it falls against the ceiling beside it far beyond the 20% minimum effect, and the compare exits 1
+    naming them; the ceiling, which never runs it, does not. Where the gate declines to judge a leg whose rounds (of
+    the baseline or of this run) spread past the stability limit -- under ``tox -p auto`` another env beside this one
+    did -- the pair is measured again, as the gate advises, up to three times; a leg judged ``ok`` fails at once."""
+    args = ('--steps', '6', '--rounds', '5')
+    for _ in range(3):
+        monkeypatch.delenv('PIPELINE_SLOWER', raising=False)
+        assert _bench(capsys, *args, '--save', 'main')[0] == 0
+        monkeypatch.setenv('PIPELINE_SLOWER', '10')
+        code, out, _ = _bench(capsys, *args, '--compare', 'main')
+        assert code == 1, out
+        judged = [leg for leg in LEGS_RUNNING_IT if f'REGRESSION {SPEC} {leg}/ceiling' in out]
+        unstable = [leg for leg in LEGS_RUNNING_IT if f'INCONCLUSIVE {SPEC} {leg}/ceiling' in out]
+        assert set(judged) | set(unstable) == set(LEGS_RUNNING_IT), out  # never ok, never improved
+        if not unstable:
+            break
+    assert judged == list(LEGS_RUNNING_IT), out
     assert f'REGRESSION {SPEC} ceiling' not in out
+
+
+#: The pipeline's legs that run its transform (the ceiling never does).
+LEGS_RUNNING_IT = ('native-batch', 'native-microbatch', 'shim-batch', 'shim-microbatch')
 
 
 @pytest.mark.parametrize(
