@@ -5,8 +5,8 @@ A :class:`Pipeline` is measured leg by leg (:data:`~compatshim.bench.metrics.LEG
 steps on an *observable* device under a ``TransformMonitor`` (placement, calls, bytes, or why it cannot run);
 :func:`time_rounds` runs the legs a :class:`Schedule` times on Composer's own device (plain ``DeviceCPU`` on cpu: the
 same transform costs the same on every leg) in rounds of windows, each of its pairs back to back, on the accelerator's
-clock. :func:`open_session` is what every bench fixes around that (:func:`pinned`); :func:`shim_state` is the one
-switch of the shim. Imports torch (and Composer, when measuring).
+clock. :func:`open_session` is what every bench fixes around that (:func:`pinned`); the shim is switched for a block by
+:func:`compatshim.shim.api.switched`. Imports torch (and Composer, when measuring).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ __all__ = [
     'Timing',
     'measure',
     'open_session',
-    'shim_state',
     'time_rounds',
 ]
 
@@ -183,7 +182,7 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
     arguments: dict[str, Any] = {} if leg.argument is None else {leg.argument: fn}
     if pipeline.get_num_samples_in_batch is not None:
         arguments['get_num_samples_in_batch'] = pipeline.get_num_samples_in_batch
-    with shim_state(leg.stage):
+    with shim.switched(leg.stage is not None, leg.stage or None):
         if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
             arguments['data_transfer_stage'] = leg.stage
         spec = DataSpec(loader, **arguments)
@@ -202,21 +201,6 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
         progress_bar=False,
         log_to_console=False,
     )
-
-
-@contextlib.contextmanager
-def shim_state(stage: Optional[str]) -> Iterator[None]:
-    """The one switch of the shim in the bench: for the block, enabled at ``stage`` (``''``: its default stage, as
-    ``enable()`` chooses it) or disabled (``None``); after it, as it was before, whatever happened inside."""
-    before = shim.status()
-    try:
-        shim.disable() if stage is None else shim.enable(stage=stage or None)
-        yield
-    finally:
-        if before.stage is None:
-            shim.disable()
-        else:
-            shim.enable(stage=before.stage, allow_untested=before.allow_untested)
 
 
 @contextlib.contextmanager
@@ -256,7 +240,7 @@ def check(
                 continue
             try:  # the shim on, as in the timed rounds: every leg's DataSpec was built in its leg's state
                 start.put_back()  # after the Trainer seeded: each leg draws from the same state
-                with shim_state(''):
+                with shim.switched(True):
                     trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
                 out[name] = LegResult(leg.description, Missing(Cause.FAILED, first_line(exc)), tap.window.where)
@@ -490,7 +474,7 @@ def time_rounds(session: Session, timings: dict[str, Timing], schedule: Schedule
     # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
     # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
     try:
-        with shim_state(''):
+        with shim.switched(True):
             gc.collect()
             gc.freeze()
             try:

@@ -20,6 +20,7 @@ from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size
 from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.rule import verdicts
 from compatshim.devices.accelerator import Accelerator, accelerator
+from compatshim.shim import api as shim
 from compatshim.shim.notes import transform_name
 
 __all__ = [
@@ -330,7 +331,7 @@ def gate_pipeline(
     made = load(pipeline) if isinstance(pipeline, str) else as_pipeline(pipeline, name)
     if baseline is not None and baselines.compare is not None:
         refuse_unlike(name, made, baseline, baselines.compare, device, size)
-    with engine.shim_state(None):  # off while it measures, as it was after
+    with shim.switched(False):  # off while it measures, as it was after
         result = bench_pipeline(name, made, on, size, progress)
     lines: list[str] = []
     code = _exits.OK

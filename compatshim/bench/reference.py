@@ -82,7 +82,7 @@ def bench_reference(
         raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
     size, env = SIZES[size_name], env_name(device)
     with engine.open_session(accelerator(device), env, size, progress) as session, planted_hook_delay(plant_hook_us):
-        with engine.shim_state(''):
+        with shim.switched(True):
             patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
         augment, recipe = (workload.pipeline(name, size) for name in ('augment', 'recipe'))
         if plant_work:
@@ -220,7 +220,7 @@ def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
     probes: list[Probe] = []
     try:
         for name in (name for name in PROBES if affected or not name.startswith('hook')):
-            with engine.shim_state('' if name.startswith('hook') else None):
+            with shim.switched(name.startswith('hook')):
                 probes.append(make_probe(name, on))
         yield probes
     finally:

@@ -25,6 +25,7 @@ __all__ = [
     'enable',
     'enabled',
     'status',
+    'switched',
 ]
 
 
@@ -168,8 +169,9 @@ def disable() -> ShimStatus:
         return status()
 
 
-@contextlib.contextmanager
-def enabled(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> Iterator[ShimStatus]:
+def enabled(
+    stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
+) -> contextlib.AbstractContextManager[ShimStatus]:
     """``with compatshim.enabled(...):`` — enable for the block; on leaving it, the shim is in the state it had before.
 
     That holds whatever code inside the block did: if it called ``enable(stage=...)``, the stage from before comes
@@ -177,9 +179,16 @@ def enabled(stage: Optional[str] = None, *, allow_untested: Optional[bool] = Non
     the stage and ``allow_untested`` it had. Blocks nest. The block's own ``enable()`` takes the same arguments as
     :func:`enable` and raises as it does, before anything changes.
     """
+    return switched(True, stage, allow_untested=allow_untested)
+
+
+@contextlib.contextmanager
+def switched(on: bool, stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> Iterator[ShimStatus]:
+    """The one "for a block, then as before": the shim enabled (``on``, as :func:`enable` takes ``stage`` and
+    ``allow_untested``) or disabled for the block (:func:`enabled`; the bench's legs)."""
     with STATE.lock:
         before = (STATE.stage, STATE.allow_untested)
-        shim_status = enable(stage, allow_untested=allow_untested)
+        shim_status = enable(stage, allow_untested=allow_untested) if on else disable()
     try:
         yield shim_status
     finally:
