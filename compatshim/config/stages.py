@@ -16,13 +16,7 @@ STAGES: tuple[str, ...] = ('batch', 'microbatch')
 
 
 def validate_stage(stage: object, *, what: str = 'stage') -> Stage:
-    """Return ``stage`` if it names a stage, else raise a :class:`ConfigurationError` (a ``ValueError``) that lists
-    the choices.
-
-    Args:
-        stage: The value to check.
-        what: How the caller calls the argument, for the message.
-    """
+    """``stage`` if it names a stage, else a :class:`ConfigurationError` naming it ``what`` and listing the choices."""
     if not isinstance(stage, str) or stage not in STAGES:
         choices = ', '.join(repr(s) for s in STAGES)
         raise ConfigurationError(f'compatshim: unknown {what} {stage!r}; choose one of {choices}')

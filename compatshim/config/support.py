@@ -1,11 +1,5 @@
-"""The support table: which Composer releases compatshim knows, and what each needs; the single source of truth for
-version gating.
-
-``tox.ini`` has one env per row of :data:`TESTED_RELEASES`, ``matrix/`` one frozen requirement file per row, and the
-README one line per row (``docs/tables.py`` renders it); ``tests/unit/test_support_table.py`` and ``test_docs.py`` fail
-until they agree.
-Imports nothing heavy: only :mod:`packaging`.
-"""
+"""The support table: which Composer releases compatshim knows, and what each needs; the one source of version gating
+(``tests/unit/test_support_table.py`` holds ``tox.ini``, ``matrix/`` and the README to it). Imports only packaging."""
 
 from __future__ import annotations
 
@@ -20,17 +14,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 __all__ = [
-    'HOOKS',
-    'AFFECTED',
-    'Family',
-    'TestedRelease',
-    'TESTED_RELEASES',
-    'UNAFFECTED',
-    'UNAFFECTED_FAMILY',
-    'family_of',
-    'installed',
-    'split_env',
-]
+    'HOOKS', 'AFFECTED', 'Family', 'TestedRelease', 'TESTED_RELEASES', 'UNAFFECTED', 'UNAFFECTED_FAMILY', 'family_of',
+    'installed', 'split_env',
+]  # fmt: skip
 
 #: Releases that run ``device_transforms`` on the device themselves: the shim leaves them alone.
 UNAFFECTED = SpecifierSet('<0.25.0')
@@ -50,16 +36,14 @@ class Family(str, enum.Enum):
     REJECTED = 'rejected'
 
 
-#: By family: the DataSpec transform hooks Composer's trainer reads and calls, the batch-level one first. The one
-#: definition the shim's patches, its shape check and the monitor read.
+#: By family: the DataSpec transform hooks Composer's trainer reads and calls, the batch-level one first.
 HOOKS: dict[Family, tuple[str, ...]] = {
     Family.HOST: ('device_transforms',),
     Family.DROPPED: ('batch_transforms', 'microbatch_transforms'),
     Family.REJECTED: ('batch_transforms', 'microbatch_transforms'),
 }
 
-#: What results, reports and ``runs_in('family:...')`` call the releases below 0.25.0, which have no family (they need
-#: no patch). Not a :class:`Family` member: :func:`family_of` and ``status().family`` give ``None`` for them.
+#: What results and reports call the releases below 0.25.0 (not a :class:`Family`: :func:`family_of` gives ``None``).
 UNAFFECTED_FAMILY = 'unaffected'
 
 _FAMILY_RANGES: tuple[tuple[SpecifierSet, Family], ...] = (
@@ -70,11 +54,8 @@ _FAMILY_RANGES: tuple[tuple[SpecifierSet, Family], ...] = (
 
 
 def installed(distribution: str) -> Optional[str]:
-    """The installed version of a distribution (``mosaicml``, ``torch``), or ``None``.
-
-    Remembered per import path: reading a distribution's metadata costs about 5 ms, and ``status()`` and ``enable()``
-    ask on every call; a changed ``sys.path`` (another environment's dist-info put first) is asked again.
-    """
+    """The installed version of a distribution (``mosaicml``, ``torch``), or ``None``; remembered per ``sys.path``
+    (reading metadata costs about 5 ms, and ``status()`` and ``enable()`` ask on every call)."""
     return _installed(distribution, tuple(sys.path))
 
 
@@ -87,14 +68,7 @@ def _installed(distribution: str, path: tuple[str, ...]) -> Optional[str]:
 
 
 def family_of(version: str | Version) -> Family | None:
-    """The family of a release by version number alone, or ``None`` for an unaffected one.
-
-    Args:
-        version: A Composer (``mosaicml``) version.
-
-    Returns:
-        The family whose range holds ``version`` (pre-releases included), or ``None`` below 0.25.0.
-    """
+    """The family whose range holds a Composer ``version`` (pre-releases included), or ``None`` below 0.25.0."""
     for spec, family in _FAMILY_RANGES:
         if spec.contains(version, prereleases=True):
             return family
@@ -109,7 +83,7 @@ DEFAULT_PYTHON = '3.11'
 class TestedRelease:
     """One row of the support table: a Composer release the matrix runs, and the torch build it runs on."""
 
-    __test__ = False  # not a pytest test class
+    __test__ = False
 
     composer: str
     torch: str
@@ -121,14 +95,13 @@ class TestedRelease:
 
     @property
     def env(self) -> str:
-        """The tox env name prefix for this row (``composer0.25.0``, ``composer0.28.0-py3.9`` or
-        ``fwd-composer0.32.1-torch2.15.0``)."""
+        """The tox env's row part: ``composer0.25.0``, ``composer0.28.0-py3.9``, ``fwd-composer0.32.1-torch2.15.0``."""
         if self.override:
             return f'fwd-composer{self.composer}-torch{self.torch}'
         return f'composer{self.composer}' + ('' if self.python == DEFAULT_PYTHON else f'-py{self.python}')
 
     def on(self, device: str) -> str:
-        """The tox env of this row on ``device`` (``composer0.28.0-cpu``): see :func:`split_env`."""
+        """The tox env of this row on ``device`` (``composer0.28.0-cpu``)."""
         return f'{self.env}-{device}'
 
     @property
@@ -167,9 +140,8 @@ DEVICES: tuple[str, ...] = ('cpu', 'cuda', 'mps')
 
 
 def split_env(env: str) -> tuple[str, str]:
-    """``composer0.28.0-py3.9-cpu`` -> (``composer0.28.0-py3.9``, ``cpu``): the row part and the device of an env name
-    (``bench-`` dropped); a tooling env (``unit``, ``lint``) is its own row part, on ``cpu``. ``matrix/plan.py`` (which
-    may import nothing) applies the same grammar; ``tests/unit/test_workflow.py`` holds the two together."""
+    """``composer0.28.0-py3.9-cpu`` -> (``composer0.28.0-py3.9``, ``cpu``), ``bench-`` dropped; a tooling env
+    (``unit``) is its own row part, on ``cpu``. ``matrix/plan.py`` applies the same grammar (``test_workflow.py``)."""
     name = env.removeprefix('bench-')
     row, _, device = name.rpartition('-')
     return (row, device) if device in DEVICES else (name, 'cpu')
