@@ -38,8 +38,7 @@ def _run_command(args: argparse.Namespace) -> int:
     try:
         env = child_environment(os.environ, args.stage, args.allow_untested, args.monitor)
     except ConfigurationError as exc:
-        print(f'{exc} (compatshim run: nothing was run)', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _refuse('run', str(exc))
     try:
         exec_command(command, env)
     except OSError as exc:  # exec never happened: as a shell, 126 for a command that cannot run, 127 for none
@@ -55,8 +54,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
             warnings.simplefilter('always')
             report = doctor.diagnose(args.device, stage=args.stage, allow_untested=args.allow_untested or None)
     except ConfigurationError as exc:
-        print(f'{exc} (compatshim doctor: nothing was checked)', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _refuse('doctor', str(exc))
     for found in caught:  # a command line says it in one line (an ignored setting), not in Python's warning format
         if issubclass(found.category, CompatShimWarning):
             print(f'{found.message} (compatshim doctor)', file=sys.stderr)
@@ -64,17 +62,6 @@ def _doctor_command(args: argparse.Namespace) -> int:
             warnings.showwarning(found.message, found.category, found.filename, found.lineno)
     print(json.dumps(report, indent=2) if args.json else doctor.text(report))
     return int(report['exit_code'])
-
-
-def _reference_text(result: Any, started: float) -> str:
-    """What a bench run measured (the judging is ``compatshim report``'s); ``started``: when the command did."""
-    from compatshim.bench import report
-
-    planted = f', {result.planted_text}' if result.planted else ''
-    size, took = result.fingerprint['size']['name'], report.seconds(result, time.perf_counter() - started)
-    head = f'{result.env} ({result.family}), size {size}, {took}{planted}'
-
-    return report.bench_text(result, head, report.reference_lines(result))
 
 
 #: The pipeline bench's own options, and the reference bench's it does not take.
@@ -149,7 +136,12 @@ def _bench_command(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
-    print(_reference_text(result, args.started))
+    from compatshim.bench import report  # what it measured (the judging is compatshim report's)
+
+    planted = f', {result.planted_text}' if result.planted else ''
+    took = report.seconds(result, time.perf_counter() - args.started)
+    head = f'{result.env} ({result.family}), size {result.fingerprint["size"]["name"]}, {took}{planted}'
+    print(report.bench_text(result, head, report.reference_lines(result)))
     if not args.baselines:
         return _exits.OK
     from compatshim.bench import gate
@@ -219,6 +211,11 @@ def _report_command(args: argparse.Namespace) -> int:
 _NOTHING = {'run': 'run', 'doctor': 'checked', 'bench': 'measured', 'report': 'judged'}
 
 
+def _refuse(command: str, message: str) -> int:
+    print(f'{message} (compatshim {command}: nothing was {_NOTHING[command]})', file=sys.stderr)
+    return _exits.NOT_DONE
+
+
 def _standing_in(args: argparse.Namespace) -> dict[str, str]:
     """The variables for which an argument on this command line stands in, as it was written (a bad value in one of
     them is ignored, and said in one line)."""
@@ -246,9 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for line in ignored:
             print(f'{line} (compatshim {args.subcommand})', file=sys.stderr)
     if problems and args.subcommand != 'report':  # the report says them with its other preconditions
-        nothing = f'compatshim {args.subcommand}: nothing was {_NOTHING[args.subcommand]}'
-        print(f'{settings.one_message(problems)} ({nothing})', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _refuse(args.subcommand, settings.one_message(problems))
     args.setting_problems = problems
     return int(args.func(args))
 
@@ -280,7 +275,6 @@ def _run_parser(sub: Any) -> None:
     command.add_argument(
         '--stage',
         choices=STAGES,
-        default=None,
         help='the default stage of every enable() in the run, as COMPATSHIM_STAGE (default: batch)',
     )
     command.add_argument(
@@ -293,7 +287,6 @@ def _run_parser(sub: Any) -> None:
         nargs='?',
         const='on',
         choices=('on', 'strict'),
-        default=None,
         help='attach a TransformMonitor to every Trainer of the run (=strict: fail a step whose device_transforms is '
         'not on the device)',
     )
@@ -308,7 +301,6 @@ def _doctor_parser(sub: Any) -> None:
     doctor.add_argument(
         '--stage',
         choices=STAGES,
-        default=None,
         help="stage the self-check enables (default: this process's, else COMPATSHIM_STAGE, else batch)",
     )
     doctor.add_argument(
@@ -376,7 +368,6 @@ def _reference_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         '--size',
         choices=settings.BENCH_SIZES,
-        default=None,
         help='workload size (default: COMPATSHIM_BENCH_SIZE, else cpu on cpu, gpu on cuda/mps)',
     )
     bench.add_argument('--out', metavar='FILE', help='write the result as JSON (compatshim report reads it)')

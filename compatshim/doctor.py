@@ -1,9 +1,6 @@
-"""``compatshim doctor``: am I affected, and does the shim fix it here, on my device, now?
+"""``compatshim doctor``: am I affected, and does the shim fix it here, on my device, now? (docs/doctor.md)
 
-Prints the versions, the devices present, the verdict from the support table, what ``enable()`` would patch, and a
-live self-check: a 2-step fit, an eval and a predict on the best device present (cuda, mps, else the CPU fake
-accelerator) with a probe ``device_transforms``, once without the shim and once with it, in a child process, so that
-the calling process's shim state is exactly what it was. The exit codes: :mod:`compatshim._exits`.
+Its live self-check runs in a child process, so that the calling process's shim state is exactly what it was.
 """
 
 from __future__ import annotations
@@ -18,11 +15,11 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from compatshim import _exits
 from compatshim.config import settings as _settings
-from compatshim.devices.accelerator import accelerator, best_present
+from compatshim.devices.accelerator import ACCELERATORS, accelerator, best_present
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import api
 from compatshim.shim.api import Verdict
@@ -36,7 +33,7 @@ EXIT_OK, EXIT_AFFECTED, EXIT_UNKNOWN, EXIT_NOT_FIXED = _exits.OK, _exits.AFFECTE
 
 @dataclasses.dataclass
 class SelfCheck:
-    """One self-check run: where the probe saw the batch in each loop, and whether training was coherent."""
+    """One self-check run: where the probe saw its batch in each loop, and whether training was coherent."""
 
     shim: bool
     train: str = 'not run'
@@ -44,7 +41,7 @@ class SelfCheck:
     predict: str = 'not run'
     coherent: Optional[bool] = None
     error: Optional[str] = None
-    #: What the in-run monitor (:class:`compatshim.monitor.TransformMonitor`) said, one line per loop.
+    #: What the in-run monitor said, one line per loop.
     monitor: list[str] = dataclasses.field(default_factory=list)
 
     def fixed(self, stage: str) -> bool:
@@ -53,33 +50,13 @@ class SelfCheck:
         return placed and (self.coherent is True or (stage == 'microbatch' and self.shim))
 
 
-def _devices() -> dict[str, bool]:
-    """Which devices torch can use here, by name (the CPU fake accelerator always)."""
-    from compatshim.devices.accelerator import ACCELERATORS
-
-    return {name: found.is_host or found.absent() is None for name, found in ACCELERATORS.items()}
-
-
 class _Workload:
-    """The self-check's tiny workload: a probe ``device_transforms`` per loop (train's puts one random draw per call in
-    column 0), a model that records what each training forward saw of that column, and a loader of 16 samples."""
+    """A loader of 16 samples with a probe ``device_transforms`` (train's puts one random draw per call in column 0),
+    and a model that records what each training forward saw of that column."""
 
     def __init__(self) -> None:
         self.draws: list[float] = []
         self.seen: list[Any] = []
-
-    def transform(self, mode: str) -> Callable[[Any], Any]:
-        import torch
-
-        def transform(batch: Any) -> Any:
-            x, y = batch
-            x = x.clone()
-            if mode == 'train':
-                self.draws.append(float(torch.rand(())))
-                x[:, 0] = self.draws[-1]
-            return x, y
-
-        return transform
 
     def model(self) -> Any:
         import torch
@@ -100,9 +77,17 @@ class _Workload:
         from composer.core import DataSpec
         from torch.utils.data import DataLoader, TensorDataset
 
+        def transform(batch: Any) -> Any:
+            x, y = batch
+            x = x.clone()
+            if mode == 'train':
+                self.draws.append(float(torch.rand(())))
+                x[:, 0] = self.draws[-1]
+            return x, y
+
         gen = torch.Generator().manual_seed(0)
         data = TensorDataset(torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen))
-        return DataSpec(DataLoader(data, batch_size=8), device_transforms=self.transform(mode))
+        return DataSpec(DataLoader(data, batch_size=8), device_transforms=transform)
 
     def coherent(self) -> bool:
         """One draw per step, and every microbatch of the step carries it."""
@@ -111,37 +96,31 @@ class _Workload:
         ]
 
 
-def _run_loops(kind: str, work: _Workload, monitor: Any) -> None:
-    """A 2-step fit (microbatches of 4), an eval and a predict of ``work`` on ``kind``'s observable device."""
-    from composer import Trainer
-
-    from compatshim.testing import observable_device
-
-    trainer = Trainer(
-        model=work.model(),
-        device=observable_device(kind),
-        max_duration='2ba',
-        device_train_microbatch_size=4,
-        train_dataloader=work.spec('train'),
-        progress_bar=False,
-        precision='fp32',
-        seed=0,
-        callbacks=[monitor],
-    )
-    trainer.fit()
-    trainer.eval(eval_dataloader=work.spec('eval'))
-    trainer.predict(work.spec('predict'))
-
-
 def _self_check(kind: str, shim: bool) -> SelfCheck:
-    """A 2-step fit, an eval and a predict with a probe ``device_transforms``, watched by the in-run monitor: where
-    each loop's transform ran comes from the monitor; the probe only records its random draws (coherence)."""
+    """A 2-step fit (microbatches of 4), an eval and a predict of the probe on ``kind``'s observable device: where each
+    loop's transform ran comes from the in-run monitor; the probe only records its random draws (coherence)."""
     leg, work, monitor = SelfCheck(shim=shim), _Workload(), None
     try:
+        from composer import Trainer
+
         from compatshim.monitor import TransformMonitor
+        from compatshim.testing import observable_device
 
         monitor = TransformMonitor()  # imported before the DataSpecs are built: it knows what each was given
-        _run_loops(kind, work, monitor)
+        trainer = Trainer(
+            model=work.model(),
+            device=observable_device(kind),
+            max_duration='2ba',
+            device_train_microbatch_size=4,
+            train_dataloader=work.spec('train'),
+            progress_bar=False,
+            precision='fp32',
+            seed=0,
+            callbacks=[monitor],
+        )
+        trainer.fit()
+        trainer.eval(eval_dataloader=work.spec('eval'))
+        trainer.predict(work.spec('predict'))
     except Exception as e:  # noqa: BLE001 - the message is the finding (e.g. 0.29+ TypeError without the shim)
         leg.error = f'{type(e).__name__}: {e}'
     found = {} if monitor is None else {summary.label: summary for summary in monitor.summaries}
@@ -165,7 +144,7 @@ def _child_main(argv: Sequence[str]) -> int:
         import composer  # noqa: F401 - first, so that a compatshim run hook fires now, and is undone just below
 
         api.disable()
-        present = _devices()
+        present = {name: found.is_host or found.absent() is None for name, found in ACCELERATORS.items()}
         kind = device or best_present().name
         out['devices'], out['kind'] = present, kind
         if not present[kind]:
