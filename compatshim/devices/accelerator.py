@@ -1,10 +1,7 @@
 """The accelerators compatshim runs on, one value each: the CPU fake accelerator (``cpu``), ``cuda`` and ``mps``.
 
-An :class:`Accelerator` carries what differs between them, so no caller dispatches on a device's name: whether torch
-sees it (:meth:`~Accelerator.absent`), how to wait for it, the clock a bench window is timed with, Composer's own
-``Device`` for it, the ``Device`` on which placement is observable, the timing events a transform's time is read from
-(``None``: the host's CPU time), and how it names its hardware. Importing this module imports nothing heavy; torch and
-Composer are imported by the methods that need them.
+An :class:`Accelerator` carries what differs between them, so that no caller dispatches on a device's name. Importing
+this module imports nothing heavy; torch and Composer are imported by the methods that need them.
 """
 
 from __future__ import annotations
@@ -20,19 +17,15 @@ __all__ = ['ACCELERATORS', 'HOST', 'Accelerator', 'accelerator', 'best_present',
 
 class Accelerator:
     """The CPU fake accelerator: tensors stay on the host, marked as on the device, so placement and bytes are real;
-    times are this process's CPU time (the legs run on the host: that is their whole cost, and time the machine gives
-    to other processes does not count).
-
-    Args:
-        name: How ``--device`` and the results name it: its entry of :data:`~compatshim.config.support.DEVICES`.
-    """
+    times are this process's CPU time (the legs run on the host, and time given to other processes does not count).
+    ``name``: its entry of :data:`~compatshim.config.support.DEVICES`."""
 
     #: Composer's own name for its device (``Device.name``).
     composer_name = 'cpu'
-    #: Whether it is the host itself (the CPU fake accelerator): the doctor's fallback, named as the fake one.
+    #: Whether it is the host itself (the CPU fake accelerator).
     is_host = True
     #: torch's intra-op threads while a bench runs on it (``None``: left as they are). One on the host, as
-    #: torch.utils.benchmark's ``Timer`` runs: a pool with a thread per core spins while another process has the core.
+    #: ``torch.utils.benchmark`` runs: a pool with a thread per core spins while another process has the core.
     threads: Optional[int] = 1
 
     def __init__(self, name: str) -> None:
@@ -51,7 +44,7 @@ class Accelerator:
         """Wait for the device (nothing to wait for on the host)."""
 
     def clock(self) -> Callable[[], float]:
-        """What a bench window (and a probe's sample) is timed with."""
+        """What a bench window is timed with."""
         return time.process_time
 
     def composer_device(self) -> Any:
@@ -71,17 +64,15 @@ class Accelerator:
         return None
 
     def following(self, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``transform`` as it runs on :meth:`observable_device`: on the fake accelerator, a tensor it makes on its
-        batch's device (``.to(x.device)``, ``torch.zeros(..., device=x.device)``) is tagged as on the device too, as
-        it would be on a GPU (:func:`compatshim.devices.fake.following_the_tag`); elsewhere ``transform`` itself."""
+        """``transform`` as it runs on :meth:`observable_device`, a tensor it makes on its batch's device on the device
+        too, as on a GPU (:func:`compatshim.devices.fake.following_the_tag`)."""
         from compatshim.devices.fake import following_the_tag
 
         return following_the_tag(transform)
 
     def observes(self, device: Any) -> bool:
-        """Whether placement and bytes to the device can be observed on Composer ``device``: on the fake accelerator's
-        devices, not on plain ``DeviceCPU``, where host and device are one (every batch is on the host, every move a
-        no-op)."""
+        """Whether placement and bytes to the device can be observed on Composer ``device``: not on plain
+        ``DeviceCPU``, where host and device are one."""
         from compatshim.devices.fake import _MovesToFake
 
         return isinstance(device, _MovesToFake)
@@ -190,11 +181,7 @@ def on_accelerator_memory(tensor: Any) -> bool:
 
 
 def accelerator(name: str) -> Accelerator:
-    """The accelerator called ``name``.
-
-    Raises:
-        ValueError: No such accelerator (the message lists those there are).
-    """
+    """The accelerator called ``name`` (else a ``ValueError`` that lists those there are)."""
     if name not in ACCELERATORS:
         raise ValueError(f'unknown device {name!r}; choose one of {", ".join(ACCELERATORS)}')
     return ACCELERATORS[name]

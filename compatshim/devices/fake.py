@@ -11,23 +11,14 @@ from composer.devices import DeviceCPU, DeviceGPU
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-__all__ = [
-    'FAKE_DEVICE',
-    'FakeAcceleratorDevice',
-    'FakeAcceleratorTensor',
-    'FakeAutoMicrobatchDevice',
-    'following_the_tag',
-]
+__all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice', 'following_the_tag']
 
-#: What ``x.device`` is for a tensor on the fake accelerator: the host's device (``== torch.device('cpu')``), as one
-#: object, so that :func:`following_the_tag` knows a tensor made on ``x.device`` from one made on the host.
+#: ``x.device`` of a tensor on the fake accelerator: the host's, as one object that :func:`following_the_tag` knows.
 FAKE_DEVICE = torch.device('cpu')
 
 
 class FakeAcceleratorTensor(torch.Tensor):
-    """A host tensor tagged as living on the fake accelerator. Results of torch ops on it keep the tag (``.to(x)``,
-    ``torch.empty_like(x)``, ``x.new_tensor(...)``, ``x.new_zeros(...)`` included); a tensor made on ``x.device``
-    without it (``y.to(x.device)``, ``torch.zeros(..., device=x.device)``) keeps it under :func:`following_the_tag`."""
+    """A host tensor tagged as living on the fake accelerator; results of torch ops on it keep the tag."""
 
     _compatshim_on_accelerator = True  # what compatshim.observe.recorder.is_on_device looks for
 
@@ -61,8 +52,7 @@ class FakeAcceleratorTensor(torch.Tensor):
 
 
 class _FollowsTheTag(TorchFunctionMode):
-    """Tags what a torch call makes on :data:`FAKE_DEVICE` (given as ``device=`` or as an argument, as ``.to`` takes
-    it) as on the fake accelerator."""
+    """Tags what a torch call makes on :data:`FAKE_DEVICE` (``device=`` or an argument) as on the fake accelerator."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Optional[dict[str, Any]] = None) -> Any:
         kwargs = kwargs or {}
@@ -78,9 +68,8 @@ def _tagged(tensor: torch.Tensor) -> torch.Tensor:
 
 def following_the_tag(transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``transform``, run so that a tensor it makes on its batch's device (``y.to(x.device)``, ``torch.zeros(...,
-    device=x.device)``, where ``x`` is on the fake accelerator) is on the fake accelerator too, as it would be on a GPU,
-    instead of a host tensor whose next move to the device counts as bytes that crossed. ``x.device`` read once and
-    rebuilt (``torch.device(str(x.device))``) is the host's: the tag follows the object."""
+    device=x.device)``) is on the fake accelerator too, as on a GPU, not a host tensor whose next move counts as bytes
+    that crossed. A rebuilt ``torch.device(str(x.device))`` is the host's: the tag follows the object."""
 
     @functools.wraps(transform)
     def follows(batch: Any) -> Any:

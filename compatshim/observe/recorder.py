@@ -1,8 +1,6 @@
-"""The one recorder, for everything in compatshim that observes a run (the monitor, the pytest plugin's probe, the
-bench, the doctor): where a transform saw its batch (:func:`placement`), how often and for how long (:class:`Tap`, per
-window, reading tensor metadata only, never data), what crossed to the device (:class:`MoveCounter`, on one
-``Device`` instance), and the clocks (the host's CPU time; on cuda/mps device events, read once they have completed,
-never by waiting for them). Imports torch; never Composer.
+"""The one recorder of everything in compatshim that observes a run (the monitor, the pytest plugin's probe, the
+bench, the doctor): where a transform saw its batch, how often and for how long (:class:`Tap`, reading tensor metadata
+only), what crossed to the device (:class:`MoveCounter`), and the clocks. Imports torch; never Composer.
 """
 
 from __future__ import annotations
@@ -21,17 +19,7 @@ from compatshim.shim import notes, patching
 if TYPE_CHECKING:
     from compatshim.devices.accelerator import Accelerator
 
-__all__ = [
-    'MoveCounter',
-    'Placement',
-    'Tap',
-    'Window',
-    'clock_for',
-    'is_on_device',
-    'placement',
-    'summarize_places',
-    'tensors',
-]
+__all__ = ['MoveCounter', 'Tap', 'Window', 'clock_for', 'is_on_device', 'placement', 'summarize_places', 'tensors']
 
 
 #: Class attribute marking a tensor subclass that stands for device memory (the CPU fake accelerator's tensors).
@@ -55,10 +43,8 @@ def tensors(batch: Any) -> list[torch.Tensor]:
 
 
 def placement(batch: Any) -> Placement:
-    """``device`` if every tensor in ``batch`` is on an accelerator, ``host`` if none is, else ``mixed``.
-
-    Nested mappings, lists and tuples are searched; other leaves are ignored. A batch with no tensor is ``empty``.
-    """
+    """``device`` if every tensor in ``batch`` (:func:`tensors`) is on an accelerator, ``host`` if none is, else
+    ``mixed``; ``empty`` if it holds none."""
     found = tensors(batch)
     if not found:
         return Placement.EMPTY
@@ -86,12 +72,8 @@ class _HostClock:
 
 
 class _EventClock:
-    """Device work: a pair of timing events on the current stream around each call, read once both have completed.
-
-    ``collect`` only asks ``query()``: an unfinished pair stays pending for a later window (typically the next step),
-    so the host never waits for the device. Only ``collect(final=True)`` (once, at the end of a fit, eval or predict)
-    waits for the last pair.
-    """
+    """Device work: a pair of timing events around each call, read once both have completed, so that the host never
+    waits for the device; only ``collect(final=True)`` (at the end of a fit, eval or predict) waits for the last."""
 
     def __init__(self, event: Callable[[], Any]) -> None:
         self.event = event
@@ -152,14 +134,9 @@ class Window:
 class Tap:
     """Counts a transform's calls, each call's input placement, and the time the calls took, per window.
 
-    The monitor taps a DataSpec's transform by name (:func:`compatshim.observe.slots.tap`): whatever calls that
-    transform calls it through :meth:`call`, and the DataSpec's attribute is never replaced. Given a ``transform``, the
-    tap is also a callable standing for it (``tap(batch)``).
-
-    Args:
-        transform: The transform ``tap(batch)`` calls (its result is returned, its exceptions propagate).
-        clock: What the calls are timed with (:func:`clock_for`; default: the host's CPU time).
-        keep: Also keep every call's placement, in order, in :attr:`seen` (tests; the monitor keeps windows only).
+    The monitor's taps are called through :meth:`call`; given a ``transform``, the tap is also a callable standing for
+    it. ``clock``: :func:`clock_for` (default: the host's CPU time); ``keep``: also keep every call's placement, in
+    order, in :attr:`seen`.
     """
 
     def __init__(self, transform: Optional[Callable[[Any], Any]] = None, clock: Any = None, keep: bool = False) -> None:
@@ -198,11 +175,8 @@ class Tap:
 
 
 class MoveCounter:
-    """Counts the bytes, by dtype, of the host tensors a Composer ``Device`` moves (``tensor_to_device``).
-
-    :meth:`install` puts the counting move on the device *instance* (the class and every other device are untouched);
-    :meth:`remove` takes it off again if it is still there.
-    """
+    """Counts the bytes, by dtype, of the host tensors a Composer ``Device`` moves (``tensor_to_device``), once
+    :meth:`install` has put the counting move on that device *instance* (the class is untouched)."""
 
     def __init__(self) -> None:
         self.bytes: dict[str, int] = {}

@@ -1,11 +1,11 @@
 """The monitor's recorder of steps (:class:`Steps`, on an injected clock) and its placement policy, beneath
-:mod:`compatshim.monitor` (the Composer callback; the keys it logs: docs/monitor.md). Imports torch (through
-:mod:`compatshim.observe.recorder`), never Composer."""
+:mod:`compatshim.monitor` (the keys it logs: docs/monitor.md). Imports torch, never Composer."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import statistics
 import time
 from typing import Any, Callable, Optional
@@ -16,12 +16,8 @@ from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import MoveCounter, Tap, Window, clock_for, summarize_places
 from compatshim.observe.slots import Fate, Slot
 
-#: Steps kept per label and transform for the medians of a summary (the totals count every step).
-KEEP_STEPS = 4096
-
-
-def _recent() -> collections.deque[Any]:
-    return collections.deque(maxlen=KEEP_STEPS)
+#: The last steps kept per label and transform for the medians of a summary (the totals count every step).
+_recent: Callable[[], collections.deque[Any]] = functools.partial(collections.deque, maxlen=4096)
 
 
 @dataclasses.dataclass(eq=False)
@@ -42,7 +38,7 @@ class _Open:
 
 @dataclasses.dataclass
 class Timed:
-    """A transform's time from events read after its step: its label and name, the step it belongs to, the time."""
+    """A transform's time, from events read after its step."""
 
     label: str
     name: str
@@ -52,7 +48,7 @@ class Timed:
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
-    """A step that ended: its label, its count in its loop, its metrics, and where each transform saw its batch."""
+    """A step that ended: its count in its loop, its metrics, and where each transform saw its batch."""
 
     label: str
     count: int
@@ -69,7 +65,7 @@ class _Series:  # one transform of one loop: per step its calls and times; every
 
 
 @dataclasses.dataclass
-class _Loop:  # one fit, eval or predict of one label until its summary: per step, and the bytes by dtype
+class _Loop:  # one fit, eval or predict of one label until its summary
     steps: int = 0
     bytes: collections.deque[int] = dataclasses.field(default_factory=_recent)
     waits: collections.deque[float] = dataclasses.field(default_factory=_recent)
@@ -80,17 +76,13 @@ class _Loop:  # one fit, eval or predict of one label until its summary: per ste
 
 class Steps:
     """Each label's loop of steps: told what each event says, it gives each step's metrics and each loop's summary.
-
-    Args:
-        clock: The host wall clock (a step's time, its wait for data).
-        transform_clock: What its taps time the transforms with (:func:`compatshim.observe.recorder.clock_for`).
-    """
+    ``clock`` is the host wall clock (a step's time, its wait for data); ``transform_clock`` what its taps time the
+    transforms with (:func:`compatshim.observe.recorder.clock_for`)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, transform_clock: Any = None) -> None:
         self.clock, self.transform_clock = clock, clock_for() if transform_clock is None else transform_clock
         self.counter = MoveCounter()  # installed on the trainer's device by the monitor
-        #: Whether placement and bytes to the device can be seen on the trainer's device (not on plain ``DeviceCPU``):
-        #: where they cannot, neither is logged nor said.
+        #: Whether placement and bytes to the device can be seen (not on plain ``DeviceCPU``): if not, neither is said.
         self.observable = True
         #: Steps per label over every run this recorder has seen (a checkpoint's included).
         self.steps_in_all: collections.Counter[str] = collections.Counter()
@@ -112,7 +104,7 @@ class Steps:
         self._open = _Open(label, targets, self.clock())
 
     def reached(self) -> None:
-        """The open step's batch reached the trainer (its batch-level transforms ran): its wait for data is known."""
+        """The open step's batch reached the trainer: its wait for data is known."""
         if self._open is not None and self._open.wait is None:
             self._open.wait = self._fetched(self._open)
 
@@ -189,12 +181,11 @@ class Steps:
             per_step = statistics.median(one.calls)
             median, in_all = (None, None) if ms is None else (statistics.median(ms), sum(ms))
             transforms[name] = TransformSummary(where, calls, per_step, median, stage, fate, in_all)
-        dtypes = {dtype: n // max(loop.steps, 1) for dtype, n in loop.dtypes.most_common()}
+        dtypes = {dtype: per for dtype, n in loop.dtypes.most_common() if (per := n // max(loop.steps, 1))}
         waits = statistics.median(loop.waits) * 1e3 if loop.waits else None
         shares = statistics.median(loop.shares) if loop.shares else None
         moved = statistics.median(loop.bytes) if loop.bytes else 0
         in_all = self.steps_in_all.get(label, loop.steps)
-        dtypes = {dtype: n for dtype, n in dtypes.items() if n}
         return Summary(
             label, composer, rank, loop.steps, in_all, transforms, moved, dtypes, waits, shares, self.observable
         )
