@@ -1,27 +1,16 @@
 """Every exit code of the ``compatshim`` commands, in one table (docs/tables.py writes :data:`TABLE` into
-docs/doctor.md). Imports nothing.
-
-Exit 2 means one thing everywhere: *nothing was done*, because the input is not allowed or the environment cannot
-answer the question asked; the message, on one line, says which.
+docs/doctor.md). Exit 2 means one thing everywhere: *nothing was done*, and a one-line message says why.
 """
 
 from __future__ import annotations
 
 __all__ = ['AFFECTED', 'CANNOT_RUN', 'NOT_DONE', 'NOT_FIXED', 'NOT_FOUND', 'OK', 'REGRESSION', 'TABLE']
 
-#: Success: the doctor found nothing to fix (or the shim fixes it and is on), the bench or report found no regression.
-OK = 0
-#: ``compatshim doctor``: affected, and the shim fixes it here (add the one line), or the kill switch is set.
-AFFECTED = 1
-#: ``compatshim bench --baselines`` / ``compatshim report``: a regression, or a release without its baseline where its
-#: device has some.
-REGRESSION = 1
-#: Nothing was done: bad input, a setting that is not allowed, or (the doctor) a question it cannot answer here.
-NOT_DONE = 2
-#: ``compatshim doctor``: affected, and the shim does not fix it here (please report the output).
-NOT_FIXED = 3
-#: ``compatshim run``: COMMAND was found but cannot be run; it was not found (as a shell says them).
-CANNOT_RUN, NOT_FOUND = 126, 127
+#: Their meanings, command by command: :data:`TABLE`.
+OK, NOT_DONE = 0, 2
+AFFECTED, NOT_FIXED = 1, 3  # the doctor
+REGRESSION = 1  # the bench and the report
+CANNOT_RUN, NOT_FOUND = 126, 127  # compatshim run, as a shell says them
 
 #: code -> what it means for each command (a command that never exits with the code has no entry).
 TABLE: tuple[tuple[int, dict[str, str]], ...] = (

@@ -1,6 +1,5 @@
 """What ``compatshim run``'s import hook and ``import compatshim.auto`` do once Composer is imported: ``enable()``, and
-with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer. The monitor is attached here, above the shim's
-core: ``enable()`` knows nothing of the monitor."""
+with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (here, above the shim's core)."""
 
 from __future__ import annotations
 
@@ -17,14 +16,7 @@ __all__ = ['start']
 
 def start(by: str = 'compatshim run') -> ShimStatus:
     """``enable()``, and with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (also where the shim
-    patches nothing).
-
-    Args:
-        by: Who starts it (:attr:`ShimStatus.enabled_by`): ``'compatshim run'`` or ``'compatshim.auto'``.
-
-    Raises:
-        ConfigurationError: A setting is not allowed (checked before anything changes).
-    """
+    patches nothing); ``by`` becomes :attr:`ShimStatus.enabled_by`. A setting that is not allowed raises first."""
     monitor = settings.monitor()  # validated first: enable() validates its own settings before it changes anything
     with STATE.lock:
         outer = STATE.starting  # compatshim.auto's enable() can fire compatshim run's hook: the outer one names it
@@ -39,9 +31,8 @@ def start(by: str = 'compatshim run') -> ShimStatus:
 
 
 def _attach_monitor(**monitor_kwargs: Any) -> None:
-    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on: now, or, when ``compatshim.monitor`` is
-    half-imported (``from compatshim.monitor import ...`` as a script's first line imports Composer, which fires
-    ``compatshim run``'s hook in the middle of it), at the end of that import (``STATE.pending``)."""
+    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on, or, when ``compatshim.monitor`` is
+    half-imported (its import of Composer fired ``compatshim run``'s hook), at the end of that import."""
     half_imported = sys.modules.get('compatshim.monitor')
     if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
         STATE.pending = monitor_kwargs

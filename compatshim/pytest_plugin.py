@@ -1,7 +1,6 @@
 """A pytest plugin for your own tests (docs/testing.md): ``--compatshim[=STAGE]`` enables the shim for the session,
-``--compatshim-device`` picks the device the fixtures give (``compatshim_device``, ``compatshim_placement``,
-``compatshim_probe``, ``compatshim_enabled``, ``compatshim_bench``). Registered through the ``pytest11`` entry point
-and inactive unless asked for: torch and Composer are imported only when a test uses a fixture.
+``--compatshim-device`` picks the device the fixtures give. Registered through the ``pytest11`` entry point and inert
+unless asked for: torch and Composer are imported only when a test uses a fixture.
 """
 
 from __future__ import annotations
@@ -81,21 +80,14 @@ def pytest_report_header(config: pytest.Config) -> Optional[str]:
 @pytest.fixture
 def compatshim_device(request: pytest.FixtureRequest) -> Any:
     """A Composer Device on which placement is observable (fake accelerator on cpu, else the real device)."""
+    from compatshim.devices.accelerator import accelerator
     from compatshim.testing import observable_device
 
     chosen = request.config.getoption('compatshim_device')
-    absent = _absent(chosen)
+    absent = accelerator(chosen).absent()
     if absent:
-        pytest.skip(absent)
+        pytest.skip(f'--compatshim-device={chosen}, but {absent}')
     return observable_device(chosen)
-
-
-def _absent(device: str) -> Optional[str]:
-    """Why ``--compatshim-device=device`` cannot be given here, or ``None``."""
-    from compatshim.devices.accelerator import accelerator
-
-    why = accelerator(device).absent()
-    return None if why is None else f'--compatshim-device={device}, but {why}'
 
 
 @pytest.fixture

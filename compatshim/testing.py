@@ -37,22 +37,14 @@ __all__ = [
 
 
 def observable_device(device: str) -> Any:
-    """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one.
-
-    Args:
-        device: ``cpu``, ``cuda`` or ``mps`` (:data:`compatshim.devices.accelerator.ACCELERATORS`).
-    """
+    """A Composer Device on which placement is observable: the fake accelerator for ``cpu``, else the real one
+    (``cuda``, ``mps``)."""
     return accelerator(device).observable_device()
 
 
 class PlacementProbe(Tap):
-    """A transform wrapper that records where each call saw its batch (see :func:`compatshim.testing.placement`): the
-    recorder of :mod:`compatshim.observe.recorder` (a :class:`~compatshim.observe.recorder.Tap`), with every call's
-    placement kept in :attr:`seen`.
-
-    Args:
-        transform: The transform to wrap (called with the batch; its result is returned).
-    """
+    """A transform wrapper that records where each call saw its batch (:func:`placement`) in :attr:`seen`; called
+    with the batch, it returns what ``transform`` returns."""
 
     seen: list[Placement]
 

@@ -1,15 +1,14 @@
 """``compatshim run``: start a command with the shim armed in every Python process of the run.
 
-After ``ddtrace-run`` and ``opentelemetry-instrument``: this package's directory (:data:`BOOTSTRAP_DIR`, inside the
-installed package) goes first on ``PYTHONPATH`` and the settings into environment variables (docs/configuration.md),
-which every Python process started from the command inherits — Composer's launcher and its ranks, ``multiprocessing``
-children, subprocesses. Its ``sitecustomize`` (the file beside this one) chains to any ``sitecustomize`` that was
-already there and arms an import hook that enables the shim once Composer has been imported.
+As ``ddtrace-run`` does: :data:`BOOTSTRAP_DIR` goes first on ``PYTHONPATH`` and the settings into environment
+variables, which every process started from the command inherits; its ``sitecustomize`` chains to any that was there
+and arms an import hook that enables the shim once Composer has been imported.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn, Optional
 
@@ -17,15 +16,13 @@ from compatshim.config.settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VA
 
 __all__ = ['BOOTSTRAP_DIR', 'armed', 'child_environment', 'exec_command', 'without_bootstrap']
 
-#: The directory whose ``sitecustomize.py`` arms the import hook. It holds nothing else that could be imported.
+#: The directory whose ``sitecustomize.py`` arms the import hook (nothing else in it can be imported).
 BOOTSTRAP_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def armed() -> bool:
-    """Whether ``compatshim run``'s import hook is armed in this process (its ``sitecustomize`` ran, and Composer has
-    not been imported yet): the shim will be enabled when Composer is imported."""
-    import sys
-
+    """Whether ``compatshim run``'s import hook is armed in this process: the shim is enabled when Composer is
+    imported."""
     return any(
         type(finder).__name__ == 'ComposerImportHook' and type(finder).__module__ == 'sitecustomize'
         for finder in sys.meta_path
@@ -40,12 +37,8 @@ def without_bootstrap(pythonpath: str) -> list[str]:
 def child_environment(
     environ: Mapping[str, str], stage: Optional[str], allow_untested: bool, monitor_mode: Optional[str] = None
 ) -> dict[str, str]:
-    """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings (``monitor_mode``:
-    ``on`` or ``strict`` sets ``COMPATSHIM_MONITOR``; ``None`` leaves it as it is).
-
-    Raises:
-        ConfigurationError: ``stage``, or a setting already in ``environ``, is not allowed (the message names it).
-    """
+    """``environ`` with :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) and the shim's settings (``None``:
+    left as they are); raises ``ConfigurationError`` if one of them is not allowed."""
     env = dict(environ)
     if stage is not None:
         env[STAGE_VAR] = stage

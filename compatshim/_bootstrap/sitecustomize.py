@@ -1,8 +1,7 @@
 """Put first on ``PYTHONPATH`` by ``compatshim run``: arm the shim in this process, then run any other sitecustomize.
 
-Cheap by design: it imports nothing beyond what the interpreter has already loaded at start-up, and puts a finder on
-``sys.meta_path`` that calls ``compatshim._start.start`` once Composer's package has been executed. Processes that
-never import Composer never import compatshim, torch or Composer.
+Cheap: it imports nothing the interpreter has not loaded at start-up, and puts a finder on ``sys.meta_path`` that
+calls ``compatshim._start.start`` once Composer has been imported; other processes never import compatshim.
 """
 
 import os
@@ -12,30 +11,21 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE = os.path.dirname(_HERE)  # the compatshim package this bootstrap belongs to
 
 
-def _compatshim():
-    """The compatshim package this bootstrap belongs to, also where it is not importable (``python -m compatshim run``
-    from a checkout that is not installed), and never another copy that happens to come first on ``sys.path``."""
-    module = sys.modules.get('compatshim')
-    init = os.path.join(_PACKAGE, '__init__.py')
-    if module is not None or not os.path.exists(init):
-        import compatshim
-
-        return compatshim
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location('compatshim', init, submodule_search_locations=[_PACKAGE])
-    module = module_from_spec(spec)  # type: ignore[arg-type]  # a file that exists always has a spec
-    sys.modules['compatshim'] = module
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]  # and a source loader
-    except BaseException:
-        del sys.modules['compatshim']
-        raise
-    return module
-
-
 def _enable():
-    _compatshim()
+    """``compatshim._start.start()`` of the compatshim package this bootstrap belongs to, also where it is not
+    importable (``python -m compatshim run`` from a checkout), never another copy first on ``sys.path``."""
+    init = os.path.join(_PACKAGE, '__init__.py')
+    if 'compatshim' not in sys.modules and os.path.exists(init):
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        spec = spec_from_file_location('compatshim', init, submodule_search_locations=[_PACKAGE])
+        module = module_from_spec(spec)  # type: ignore[arg-type]  # a file that exists always has a spec
+        sys.modules['compatshim'] = module
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]  # and a source loader
+        except BaseException:
+            del sys.modules['compatshim']
+            raise
     from compatshim._start import start
 
     start()
