@@ -1,10 +1,5 @@
-"""The benchmark: one engine (:mod:`~compatshim.bench.engine`) for the reference workload (``compatshim bench``,
-:mod:`~compatshim.bench.reference` with its built-in pipelines in :mod:`~compatshim.bench.workload`) and your own
-pipeline (``--pipeline``, :mod:`~compatshim.bench.pipeline`); the legs and metrics (:mod:`~compatshim.bench.metrics`),
-every rule, the gate's and the verdicts' (:mod:`~compatshim.bench.rule`), the one gate (:mod:`~compatshim.bench.gate`),
-the records and the store (:mod:`~compatshim.bench.results`), the work counted (:mod:`~compatshim.bench.work`) and
-what people read (:mod:`~compatshim.bench.report`).
-Importing it imports nothing heavy; ``Pipeline`` imports torch when first used.
+"""The benchmark (docs/harness.md): one engine for the reference workload and your own pipeline. Importing it imports
+nothing heavy; ``Pipeline`` imports torch when first used.
 """
 
 from typing import Any

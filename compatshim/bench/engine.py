@@ -1,12 +1,6 @@
-"""The one measuring engine, for the reference workload and a user's pipeline alike (docs/harness.md).
-
-A :class:`Pipeline` is measured leg by leg (:data:`~compatshim.bench.metrics.LEGS`), each leg a real Composer
-``Trainer`` over the same batches, and :func:`measure` is the only way in: :func:`check` runs every leg a few untimed
-steps on an *observable* device under a ``TransformMonitor`` (placement, calls, bytes, or why it cannot run);
-:func:`time_rounds` runs the legs a :class:`Schedule` times on Composer's own device (plain ``DeviceCPU`` on cpu: the
-same transform costs the same on every leg) in rounds of windows, each of its pairs back to back, on the accelerator's
-clock. :func:`open_session` is what every bench fixes around that (:func:`pinned`); the shim is switched for a block by
-:func:`compatshim.shim.api.switched`. Imports torch (and Composer, when measuring).
+"""The one measuring engine of both benches (docs/harness.md, docs/pipeline.md): :func:`measure` checks every leg on
+an observable device (:func:`check`), then times the legs a :class:`Schedule` selects in rounds of windows on
+Composer's own device (:func:`time_rounds`), inside what :func:`open_session` fixes. Imports torch.
 """
 
 from __future__ import annotations
@@ -43,21 +37,11 @@ from compatshim.shim import api as shim
 from compatshim.shim import notes
 
 __all__ = [
-    'SIZES',
-    'VERSION',
-    'Pipeline',
-    'Schedule',
-    'Session',
-    'Size',
-    'Timing',
-    'measure',
-    'open_session',
-    'time_rounds',
-]
+    'SIZES', 'VERSION', 'Pipeline', 'Schedule', 'Session', 'Size', 'Timing', 'measure', 'open_session', 'time_rounds'
+]  # fmt: skip
 
-#: The version of what a leg measures (the engine, the reference workloads, the probes): a baseline of another
-#: version is *not comparable*: re-record. 4: one engine for both benches (timed windows on Composer's own device with
-#: a monitor, pairs alternating round by round, one leg vocabulary); 3: bytes per step as the monitor counts them.
+#: The version of what a leg measures (engine, workloads, probes): a baseline of another is *not comparable*. 4: one
+#: engine for both benches.
 VERSION = 4
 #: Untimed steps per leg for placement, calls and bytes.
 CHECK_STEPS = 2
@@ -65,8 +49,8 @@ CHECK_STEPS = 2
 
 @dataclasses.dataclass(frozen=True)
 class Size:
-    """Steps per window and timed rounds (after a warm-up round); the reference workloads' batch, microbatch, image
-    side and blur kernel (0 for a user's pipeline: its own)."""
+    """Steps per window, timed rounds; the reference workloads' batch, microbatch, image side, blur (0: a pipeline's
+    own)."""
 
     name: str
     steps: int
@@ -77,9 +61,7 @@ class Size:
     blur: int = 0
 
 
-#: ``tiny``/``cpu``/``gpu``: the reference workload (the test suite, 2 cores, an accelerator). ``quick``/``default``: a
-#: user's pipeline (3 rounds can never make a timing significant: placement, calls and bytes gate there; longer windows
-#: average out a noisy machine).
+#: ``tiny``/``cpu``/``gpu``: the reference workload (tests, 2 cores, an accelerator); ``quick``/``default``: a pipeline.
 SIZES: dict[str, Size] = {
     size.name: size
     for size in (
@@ -106,14 +88,13 @@ class Pipeline:
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message, at most 200 characters."""
+    """An exception as one line of at most 200 characters."""
     line = f'{type(exc).__name__}: ' + (str(exc).strip().splitlines() or [''])[0]
     return line if len(line) <= 200 else line[:197] + '...'
 
 
 class Source:
-    """One iterator over a dataloader (or a list of batches), shared by every leg that draws from it (one set of
-    workers), started over when it runs out."""
+    """One iterator over a dataloader, shared by the legs that draw from it, started over when it runs out."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -132,8 +113,7 @@ class Source:
 
 @dataclasses.dataclass
 class Windows:
-    """An epoch of ``steps`` batches from ``source``, each epoch continuing where the last one stopped (over a list of
-    ``steps`` batches: the same batches every epoch)."""
+    """An epoch of ``steps`` batches from ``source``, continuing where the last one stopped."""
 
     source: Source
     steps: int
@@ -146,7 +126,7 @@ class Windows:
 
 
 def _consumer() -> Any:
-    """A ComposerModel that only consumes the batch (one parameter, a loss that reads one element of each tensor)."""
+    """A ComposerModel that only consumes the batch."""
     from composer.models import ComposerModel
 
     class Consumer(ComposerModel):
@@ -165,7 +145,7 @@ def _consumer() -> Any:
 
 
 def samples_in(pipeline: Pipeline, batch: Any) -> int:
-    """Samples in ``batch``, as Composer counts them (or as the pipeline's own ``get_num_samples_in_batch`` does)."""
+    """Samples in ``batch``, as Composer (or the pipeline's ``get_num_samples_in_batch``) counts them."""
     from composer.core import DataSpec
 
     count = pipeline.get_num_samples_in_batch or DataSpec(Windows(Source([batch]), 1)).get_num_samples_in_batch
@@ -173,8 +153,7 @@ def samples_in(pipeline: Pipeline, batch: Any) -> int:
 
 
 def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: int, monitor: Any, fn: Any) -> Any:
-    """A Trainer for ``leg`` over ``loader`` on ``device`` with ``monitor``, its DataSpec built with the shim in the
-    leg's state (DataSpecs convert when they are built) and ``fn`` as its transform."""
+    """A Trainer for ``leg``, its DataSpec built with the shim in the leg's state (DataSpecs convert when built)."""
     from composer import Trainer
     from composer.core import DataSpec
     from composer.optim import DecoupledSGDW
@@ -183,10 +162,10 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
     if pipeline.get_num_samples_in_batch is not None:
         arguments['get_num_samples_in_batch'] = pipeline.get_num_samples_in_batch
     with shim.switched(leg.stage is not None, leg.stage or None):
-        if leg.stage and shim.status().stage:  # the shim is on (the kill switch leaves plain device_transforms)
+        if leg.stage and shim.status().stage:  # on (the kill switch leaves plain device_transforms)
             arguments['data_transfer_stage'] = leg.stage
         spec = DataSpec(loader, **arguments)
-    if not leg.stage:  # a leg without the shim: Composer's own, also while the shim is on for the others
+    if not leg.stage:  # Composer's own, also while the shim is on for the others
         notes.leave_to_composer(spec)
     model = copy.deepcopy(pipeline.model) if pipeline.model is not None else _consumer()
     return Trainer(
@@ -205,7 +184,7 @@ def _trainer(leg: Leg, pipeline: Pipeline, loader: Any, device: Any, samples: in
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """What the monitor would warn of in a leg, the bench reports per leg; Composer's advice on microbatch sizes too."""
+    """The monitor's warnings (the bench reports them per leg) and Composer's microbatch advice, silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', CompatShimWarning)
         warnings.filterwarnings('ignore', message='.*device_train_microbatch_size.*')
@@ -215,10 +194,8 @@ def quiet() -> Iterator[None]:
 def check(
     session: Session, pipeline: Pipeline, names: list[str], loader: Callable[[Leg], Any], samples: int
 ) -> dict[str, LegResult]:
-    """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps over ``loader(leg)`` on the observable device, and
-    what the monitor saw of them (or why the leg cannot run). Each leg's steps start from the same random state (every
-    generator, the transform's own included, put back as it was before the first leg), so that a transform whose work
-    depends on its draws draws, and counts, the same on every leg at one stage."""
+    """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps on the observable device, and what the monitor saw
+    (or why it cannot run). Each leg starts from the same random state, so work that depends on draws counts alike."""
     from compatshim.monitor import TransformMonitor
 
     family, out = family_of(session.composer), {}
@@ -229,7 +206,7 @@ def check(
         if absent:
             out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
-        counter = WorkCounter(pipeline.transform)  # the transform's work, counted in these untimed steps alone
+        counter = WorkCounter(pipeline.transform)
         monitor, tap = TransformMonitor(), Tap(session.on.following(counter))
         with quiet():
             try:
@@ -238,8 +215,8 @@ def check(
             except TypeError as exc:  # 0.29+: DataSpec(device_transforms=...) without the shim
                 out[name] = LegResult(leg.description, Missing(Cause.REJECTED, first_line(exc)))
                 continue
-            try:  # the shim on, as in the timed rounds: every leg's DataSpec was built in its leg's state
-                start.put_back()  # after the Trainer seeded: each leg draws from the same state
+            try:  # the shim on, as in the timed rounds; the generators put back after the Trainer seeded
+                start.put_back()
                 with shim.switched(True):
                     trainer.fit(duration=f'{CHECK_STEPS}ba')
             except Exception as exc:  # noqa: BLE001 - the model fails on what it gets: the leg's finding
@@ -277,7 +254,6 @@ class Timing:
     failed: str = ''
 
     def result(self, checked: LegResult) -> LegResult:
-        """The leg's ``checked`` result with its timings: per round and per window, and the monitor's medians."""
         if self.failed:
             return dataclasses.replace(checked, missing=Missing(Cause.FAILED, self.failed))
         argument = self.leg.argument or ''
@@ -301,8 +277,7 @@ def _median(values: Iterator[Optional[float]]) -> Optional[float]:
 
 @dataclasses.dataclass
 class Session:
-    """One bench run: its accelerator, the installed Composer, its size, its progress lines, what :func:`pinned`
-    fixed."""
+    """One bench run: its accelerator, Composer, size, progress lines, what :func:`pinned` fixed."""
 
     on: Accelerator
     composer: str
@@ -312,7 +287,6 @@ class Session:
     started: float
 
     def fields(self, **keys: Any) -> dict[str, Any]:
-        """The fields of every result (``keys``: a bench's own fingerprint keys)."""
         return {
             'family': getattr(family_of(self.composer), 'value', UNAFFECTED_FAMILY),
             'fingerprint': fingerprint(self.on, self.size, self.fixed, **keys),
@@ -321,65 +295,46 @@ class Session:
         }
 
 
-def ready(on: Accelerator) -> str:
-    """The installed Composer release, where a bench can run on ``on``: ``ValueError`` naming what is missing or a
-    ``COMPATSHIM_`` variable that is not allowed (each leg's ``enable()`` would raise it), or ``RuntimeError`` while the
-    shim is enabled (the bench turns it on and off per leg)."""
+@contextlib.contextmanager
+def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
+    """A bench run on ``on`` at ``size``, inside :func:`pinned` with every generator seeded (and put back after), its
+    progress lines for ``name`` to ``out`` (``None``: silent). ``ValueError``: it cannot run here (a setting that is
+    not allowed, no such device, no Composer); ``RuntimeError``: the shim is enabled (the bench switches it per leg)."""
     problems, _ = settings.check_environment()
     if problems:
         raise ConfigurationError(settings.one_message(problems))
     if on.absent():
         raise ValueError(f'--device {on.name}, but {on.absent()}')
-    composer = installed('mosaicml')
+    composer, started = installed('mosaicml'), time.perf_counter()
     if composer is None:
         raise ValueError('Composer is not installed here (pip install mosaicml)')
     if shim.status().patches:
         raise RuntimeError('disable the shim first; the bench turns it on and off per leg')
-    return composer
-
-
-@contextlib.contextmanager
-def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) -> Iterator[Session]:
-    """A bench run on ``on`` (:func:`ready`) at ``size``, inside :func:`pinned`, printing progress lines for ``name``
-    to ``out`` (``None``: silent), each with the seconds since it began."""
-    composer = ready(on)
-    started = time.perf_counter()
 
     def say(message: str) -> None:
         if out is not None:
             print(f'{name}: {message} ({time.perf_counter() - started:.0f} s)', file=out, flush=True)
 
-    with pinned(on) as fixed, _seeded():
-        yield Session(on, composer, size, say, fixed, started)
-
-
-@contextlib.contextmanager
-def _seeded(seed: int = 0) -> Iterator[None]:
-    """The random generators seeded for the block and put back after it (Python's, numpy's, torch's on the host and on
-    every cuda and mps device: :class:`~compatshim.bench.work.Generators`): a shuffling dataloader gives every run of
-    the same code the same batches, whatever ran before it in the process (a test session), so that work counted on
-    them is the same; the caller's own draws, on every device, go on as they were."""
-    with generators_kept():
-        torch.manual_seed(seed)
-        random.seed(seed)
+    with pinned(on) as fixed, generators_kept():  # a shuffling dataloader gives every run the same batches
+        torch.manual_seed(0)
+        random.seed(0)
         numpy = sys.modules.get('numpy')
         if numpy is not None:
-            numpy.random.seed(seed)
-        yield
+            numpy.random.seed(0)
+        yield Session(on, composer, size, say, fixed, started)
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """How the rounds go: the checked legs that ``timed`` selects get windows, each of ``pairs`` back to back, and
-    ``after_round(round)`` runs after each round's windows (the reference bench's probes)."""
+    """The checked legs that ``timed`` selects get windows, each of ``pairs`` back to back; ``after_round(round)``
+    runs after each round's windows (the probes)."""
 
     pairs: Sequence[Pair] = ()
     timed: Callable[[LegResult], bool] = lambda measured: True
     after_round: Optional[Callable[[int], None]] = None
 
     def groups(self, names: list[str], round_: int) -> list[list[str]]:
-        """One round's windows in groups: each pair back to back, its order alternating from round to round (a drift
-        touches both sides alike), every other leg of ``names`` alone; the groups shuffled by the round."""
+        """One round's windows: each pair back to back, its order alternating by round, other legs alone, shuffled."""
         pairs = self.pairs
         groups = [[p.leg, p.partner] if (round_ + i) % 2 else [p.partner, p.leg] for i, p in enumerate(pairs)]
         groups += [[name] for name in names if not any(name in (p.leg, p.partner) for p in pairs)]
@@ -395,11 +350,9 @@ def measure(
     ceiling: Optional[tuple[list[Any], list[Any]]] = None,
     shim_transform: Optional[Callable[[Any], Any]] = None,
 ) -> dict[str, LegResult]:
-    """Every leg of ``pipeline`` (the ceiling with ``ceiling``: its batches, already transformed, on the observable
-    device and on Composer's), its windows ``session.size.steps`` batches of ``samples`` from ``source`` (default: one
-    over the pipeline's dataloader): checked (:func:`check`), then timed as ``schedule`` says (:func:`time_rounds`);
-    ``shim_transform``: what the shim's legs run in their windows instead of the pipeline's transform (a planted
-    slowdown). The only way a bench measures."""
+    """Every leg of ``pipeline`` (the ceiling with ``ceiling``: its batches transformed, on the observable device and
+    on Composer's), checked, then timed as ``schedule`` says; ``shim_transform``: what the shim's legs run in their
+    windows instead (a planted slowdown). The only way a bench measures."""
     from compatshim.monitor import TransformMonitor
 
     shared, size = source or Source(pipeline.dataloader), session.size
@@ -410,7 +363,7 @@ def measure(
             return Windows(shared, steps)
         return Windows(Source(ceiling[0 if observed else 1]), steps)
 
-    first = [shared.next() for _ in range(CHECK_STEPS)]  # every leg's check steps: the same batches, a copy each
+    first = [shared.next() for _ in range(CHECK_STEPS)]  # every leg checks the same batches, a copy each
 
     def checked_epoch(leg: Leg) -> Windows:
         if leg.argument or ceiling is None:
@@ -437,16 +390,15 @@ def measure(
 
 
 def _copied(batches: list[Any]) -> list[Any]:
-    """A copy of ``batches`` a leg may change (a transform in place on the host); as they are where one cannot be
-    copied."""
+    """A copy of ``batches`` a leg may change in place (as they are where one cannot be copied)."""
     try:
         return copy.deepcopy(batches)
-    except Exception:  # noqa: BLE001 - a batch that holds what cannot be copied (a handle): shared, as before
+    except Exception:  # noqa: BLE001 - a batch that holds what cannot be copied (a handle)
         return list(batches)
 
 
 def _window(timing: Timing, accelerator: Accelerator, clock: Callable[[], float]) -> float:
-    """One window of ``timing``'s leg on ``clock``, the device synchronised at both edges, the collector paused."""
+    """One window on ``clock``, the device synchronised at both edges, the collector paused."""
     gc.collect()
     gc.disable()
     try:
@@ -463,15 +415,13 @@ def _window(timing: Timing, accelerator: Accelerator, clock: Callable[[], float]
 
 
 def time_rounds(session: Session, timings: dict[str, Timing], schedule: Schedule) -> None:
-    """The one round loop: a warm-up round (a leg that fails there is marked failed and left out), then
-    ``session.size.rounds`` timed rounds of the schedule's groups, its ``after_round`` after each round's windows."""
+    """A warm-up round (a leg that fails there is marked failed and left out), then the timed rounds."""
     clock, rounds = session.on.clock(), session.size.rounds
     pairs = [pair for pair in schedule.pairs if pair.leg in timings and pair.partner in timings]
     for pair in pairs:
         timings[pair.leg].beside[pair.partner] = []
     timed = dataclasses.replace(schedule, pairs=pairs)
-    # The shim stays on for the whole loop (toggling it between windows skews the next window); the legs without the
-    # shim hold DataSpecs built while it was off, Composer's own objects. What exists now lives to the end: frozen out
+    # The shim stays on (toggling it skews the next window); legs without it hold Composer's own DataSpecs. Frozen out
     # of the collector, the collection before each window takes a millisecond instead of 0.2 s.
     try:
         with shim.switched(True):
@@ -502,7 +452,7 @@ def _round(
                 if round_:
                     raise
                 timings[name].failed = first_line(exc)
-        for pair in schedule.pairs:  # each pair's rounds under its partner's name: a leg's partners never mix
+        for pair in schedule.pairs:  # under the partner's name: a leg's partners never mix
             if round_ and pair.leg in took and pair.partner in took:
                 timings[pair.leg].beside[pair.partner].append(took[pair.partner])
         for name, seconds in took.items():
@@ -519,13 +469,9 @@ def _round(
 
 @contextlib.contextmanager
 def pinned(accelerator: Accelerator) -> Iterator[dict[str, Any]]:
-    """What every bench fixes before it builds anything and puts back after; yields what it fixed.
-
-    torch's intra-op threads (one on the host, as torch.utils.benchmark's ``Timer`` runs): with ``OMP_NUM_THREADS``
-    unset the pool has a thread per core, which spins while another process has the core — on a shared 2-core machine
-    one leg's rounds ran at 658, 81 and 660 samples/s. glibc's malloc thresholds, which it raises as a process frees
-    large blocks: the same code page-faulted a fresh mapping in one window and reused the heap in the next.
-    """
+    """What every bench fixes and puts back after; yields what it fixed. torch's threads (one on the host: a thread
+    per core spins while another process has it, 658, 81 and 660 samples/s in three rounds); glibc's malloc thresholds
+    (raised as a process frees large blocks: one window page-faulted a fresh mapping, the next reused the heap)."""
     before = torch.get_num_threads()
     if accelerator.threads:
         torch.set_num_threads(accelerator.threads)
@@ -557,7 +503,6 @@ def _cpu_model() -> str:
 
 
 def _git_commit() -> Optional[str]:
-    """The commit of the repository the current directory is in (``None``: not one, or no git)."""
     try:
         found = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -566,14 +511,12 @@ def _git_commit() -> Optional[str]:
 
 
 def workload_keys(device: str, of: Size) -> dict[str, Any]:
-    """What a fingerprint says was measured: the device, the size, the engine's version and how work is counted (with a
-    bench's own keys, what a baseline must match), as a run says it before it runs."""
+    """What a fingerprint says was measured (with a bench's own keys, what a baseline must match)."""
     return {'device': device, 'size': dataclasses.asdict(of), 'workload_version': VERSION, 'work_counting': COUNTING}
 
 
 def fingerprint(accelerator: Accelerator, of: Size, fixed: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The machine and software a result was measured on, each value once: reported (machines that share a CPU model
-    string differ by 1.7x), except what the comparability keys name (:func:`workload_keys` and a bench's ``fields``)."""
+    """The machine and software a result was measured on: reported, but for :func:`workload_keys` and ``fields``."""
     return {
         'cpu_model': _cpu_model(),
         'cpu_count': os.cpu_count(),

@@ -1,7 +1,5 @@
-"""The one gate of both benches (:func:`gate`): a result judged by the rule (:func:`compatshim.bench.rule.judge`)
-against its baseline, and the exit code: 2 where the baseline is not comparable, 1 on a regression, else 0. The
-reference workload's flows (``compatshim report``, ``compatshim bench --baselines``) add its store and a release
-without a baseline (exit 1); the user's pipeline (:func:`compatshim.bench.pipeline.compare`) adds the legs new or gone.
+"""The one gate of both benches (:func:`gate`): a result judged against its baseline, and the exit code (2: not
+comparable, 1: a regression, else 0); the reference flows add its store and a release without a baseline (exit 1).
 It decides and says; the command line prints. Imports nothing heavy.
 """
 
@@ -30,8 +28,7 @@ __all__ = ['Judged', 'Judging', 'against_baselines', 'gate', 'judge_all', 'judge
 
 @dataclasses.dataclass
 class Judged:
-    """A result, the baseline it was judged against (its path, or ``None``), the outcomes, and why the baseline is not
-    comparable (``None``: it is)."""
+    """A result, its baseline (and path), the outcomes, and why the baseline is not comparable (``None``: it is)."""
 
     result: Any  # a BenchResult, or a PipelineResult
     baseline: Optional[Any]
@@ -45,21 +42,18 @@ class Judged:
 
     @property
     def code(self) -> int:
-        """The gate's exit code: 2 (not comparable), 1 (a regression) or 0."""
         if self.unlike:
             return _exits.NOT_DONE
         return _exits.REGRESSION if self.worst is rule.Outcome.REGRESSION else _exits.OK
 
     def lines(self, name: str) -> list[str]:
-        """Every outcome other than ok, one line each, naming ``name`` (the env, or the pipeline)."""
         return [j.line(name) for j in self.judgements if j.outcome is not rule.Outcome.OK]
 
     def outcome(self, metric: str) -> str:
         return next((str(j.outcome) for j in self.judgements if j.metric == metric), '—')
 
     def machine_change(self) -> Optional[float]:
-        """How much faster the shim-batch leg ran than in the baseline's run: another machine, or another phase of
-        this one (reported, never judged)."""
+        """How much faster shim-batch ran than in the baseline's run (another machine or phase: never judged)."""
         now, then = self.result.legs['shim-batch'].samples_per_s, None
         then = self.baseline.legs['shim-batch'].samples_per_s if self.baseline is not None else then
         return statistics.median(now) / statistics.median(then) - 1 if now and then else None
@@ -70,16 +64,14 @@ class Judged:
 
 
 def gate(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> Judged:
-    """The gate of both benches: every gated metric of ``metrics`` in ``result`` judged against ``baseline`` (``None``:
-    none), which must match it in ``keys`` and have counted work the same way (:attr:`Judged.code`)."""
+    """Every gated metric of ``metrics`` in ``result`` judged against ``baseline`` (``None``: none)."""
     unlike = None if baseline is None else rule.unlike_baseline(result, baseline, keys)
     return Judged(result, baseline, None, rule.judge(result, baseline, metrics, keys), unlike)
 
 
 def judge_env(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optional[str]]:
-    """``result`` judged by the rule against its baseline under ``baselines``, and the line that fails the run where it
-    has none to be judged against (:func:`~compatshim.bench.results.baseline_for`): the one flow of ``compatshim
-    report`` and ``compatshim bench --baselines``."""
+    """``result`` judged against its baseline under ``baselines``, and the line that fails the run where it has none
+    (:func:`~compatshim.bench.results.baseline_for`)."""
     baseline, missing = baseline_for(baselines, result)
     judged = gate(result, baseline, METRICS, COMPARABLE_BY)
     judged.baseline_path = reference_store(baselines, result.device).path(result.env).as_posix() if baseline else None
@@ -87,8 +79,7 @@ def judge_env(result: BenchResult, baselines: PathLike) -> tuple[Judged, Optiona
 
 
 def refused(found: list[BenchResult], baselines: PathLike) -> list[str]:
-    """The results whose baseline is not comparable (another workload, or work counted another way), one line per
-    reason with what to do: ``compatshim report`` refuses them before judging, ``bench --baselines`` judges none."""
+    """The results whose baseline is not comparable, one line per reason with what to do."""
     unlike: dict[str, list[str]] = {}
     for result in found:
         baseline = baseline_for(baselines, result)[0]
@@ -101,9 +92,7 @@ def refused(found: list[BenchResult], baselines: PathLike) -> list[str]:
 
 
 def against_baselines(result: BenchResult, baselines: PathLike) -> tuple[int, list[str]]:
-    """``compatshim bench --baselines``: ``result`` judged by the rule of ``compatshim report`` (a regression, or no
-    baseline where the device has some, is exit 1; a baseline that is not comparable, exit 2): the exit code, and
-    every outcome other than ok, one line each."""
+    """``compatshim bench --baselines``, by the rule of ``compatshim report``: the exit code and the lines."""
     judged, missing = judge_env(result, baselines)
     if judged.unlike:
         return judged.code, refused([result], baselines)
@@ -112,15 +101,13 @@ def against_baselines(result: BenchResult, baselines: PathLike) -> tuple[int, li
 
 @dataclasses.dataclass
 class Judging:
-    """What ``compatshim report`` judged: each result, by device, and the releases without a baseline (one line
-    each, naming the command that records it)."""
+    """What ``compatshim report`` judged, by device, and the lines of the releases without a baseline."""
 
     judged: dict[str, list[Judged]]
     missing: list[str]
 
     @property
     def failures(self) -> list[str]:
-        """Every regression, one line each: env, metric, baseline, current value, threshold."""
         entries = [entry for device in self.judged.values() for entry in device]
         return [j.line(e.result.env) for e in entries for j in e.judgements if j.outcome is rule.Outcome.REGRESSION]
 
@@ -129,7 +116,6 @@ class Judging:
         return _exits.REGRESSION if self.failures or self.missing else _exits.OK
 
     def summary(self) -> list[str]:
-        """The last lines of the run: how many envs and the worst outcome, then what fails it."""
         entries = [entry for device in self.judged.values() for entry in device]
         absent = f'; {len(self.missing)} without a baseline (exit 1)' if self.missing else ''
         worst = rule.worst([j for entry in entries for j in entry.judgements])
@@ -137,22 +123,20 @@ class Judging:
 
 
 def judge_all(found: list[BenchResult], baselines: PathLike, record: bool, replace: bool) -> Judging:
-    """Every result of ``found`` judged against ``baselines``; a release without a baseline fails the run unless
-    ``record`` is to write it (where none exists, or with ``replace``)."""
+    """Every result judged; a release without a baseline fails the run unless ``record`` is to write it."""
     judged: dict[str, list[Judged]] = {}
     missing: list[str] = []
     for result in found:
         entry, absent = judge_env(result, baselines)
         path = reference_store(baselines, result.device).path(result.env)
-        if absent and not (record and (replace or not path.exists())):  # unless recording writes it
+        if absent and not (record and (replace or not path.exists())):
             missing.append(absent)
         judged.setdefault(result.device, []).append(entry)
     return Judging(judged, missing)
 
 
 def record_baselines(found: list[BenchResult], baselines: PathLike, replace: bool) -> list[str]:
-    """``compatshim report --record``: each result recorded as its env's baseline (never over one unless ``replace``,
-    never a planted run), one line each."""
+    """``compatshim report --record``: each result recorded as its env's baseline, one line each."""
     lines = []
     for result in found:
         try:

@@ -1,8 +1,5 @@
-"""``compatshim bench --pipeline MODULE:CALLABLE``: your own pipeline, measured by the engine with and without the shim
-(docs/pipeline.md): every leg that exists on the release, and the ``ceiling`` (the same steps on batches already
-transformed and on the device), each timed leg back to back with a ceiling window (:func:`bench_pipeline`).
-:func:`gate_pipeline` is the whole gate — refuse what cannot be compared, measure, compare, save — for the CLI and
-the pytest fixture alike.
+"""``compatshim bench --pipeline MODULE:CALLABLE`` (docs/pipeline.md): every leg of this release, each timed beside
+the ``ceiling`` (:func:`bench_pipeline`), and the whole gate for the CLI and the pytest fixture (:func:`gate_pipeline`).
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ def _is_model(value: Any) -> bool:
 
 
 class PipelineError(ValueError):
-    """``--pipeline`` names something that is not a pipeline, or one that cannot run: the message says what."""
+    """``--pipeline`` names no pipeline, or one that cannot run: the message says what."""
 
 
 def as_pipeline(made: Any, name: str) -> Pipeline:
@@ -78,8 +75,8 @@ def as_pipeline(made: Any, name: str) -> Pipeline:
 
 
 def load(spec: str) -> Pipeline:
-    """Import ``MODULE:CALLABLE`` (the current directory first on the path) and call it (:class:`PipelineError`: not
-    of that form, the module fails to import, no such callable, the call fails, or no pipeline: one line)."""
+    """Import ``MODULE:CALLABLE`` (the current directory first on the path) and call it; :class:`PipelineError`, one
+    line, where that fails."""
     module_name, sep, attribute = spec.partition(':')
     if not sep or not module_name or not attribute:
         raise PipelineError(f'--pipeline {spec!r} is not MODULE:CALLABLE (e.g. my_project.bench:pipeline)')
@@ -103,8 +100,7 @@ def load(spec: str) -> Pipeline:
 
 
 def size_of(name: str, steps: Optional[int] = None, rounds: Optional[int] = None) -> Size:
-    """The size ``name`` (``quick`` or ``default``), with ``steps`` or ``rounds`` instead of its own if given
-    (``ValueError`` naming what is allowed)."""
+    """The size ``name`` (``quick`` or ``default``), with ``steps`` or ``rounds`` instead of its own if given."""
     if name not in ('quick', 'default'):
         raise ValueError(f'unknown size {name!r}; choose one of quick, default')
     for what, value in (('steps', steps), ('rounds', rounds)):
@@ -114,7 +110,6 @@ def size_of(name: str, steps: Optional[int] = None, rounds: Optional[int] = None
 
 
 def _raised(name: str, exc: BaseException) -> PipelineError:
-    """The user's dataloader, transform or sample counter raised ``exc``: said in one line."""
     return PipelineError(f'{name}: the pipeline raised {first_line(exc)}')
 
 
@@ -126,26 +121,23 @@ def _samples(name: str, pipeline: Pipeline, batch: Any) -> int:
 
 
 def _keys(name: str, samples: int, pipeline: Pipeline) -> dict[str, Any]:
-    """The pipeline bench's own fingerprint keys, which a baseline must match beside the engine's
-    (:data:`compatshim.bench.metrics.PIPELINE_COMPARABLE_BY`)."""
     return {'pipeline': name, 'samples_per_step': samples, 'microbatch_size': pipeline.microbatch_size or samples}
 
 
 def bench_pipeline(
     name: str, pipeline: Pipeline, on: Accelerator, size: Optional[Size] = None, progress: Optional[TextIO] = None
 ) -> PipelineResult:
-    """Measure every leg of ``pipeline`` on the installed Composer at ``size`` (default: ``default``). ``ValueError``
-    (:class:`PipelineError` for the pipeline itself): the run cannot be made, in one line; ``RuntimeError``: the shim
-    is enabled in this process."""
+    """Measure every leg of ``pipeline`` at ``size`` (default: ``default``). ``ValueError`` (:class:`PipelineError`
+    for the pipeline itself): the run cannot be made; ``RuntimeError``: the shim is enabled."""
     size = size or size_of('default')
     with engine.open_session(on, name, size, progress) as session:
         source, moving = Source(pipeline.dataloader), session.on.composer_device()
-        try:  # the ceiling's batches: the transform is tried on every one of them, before any leg runs
+        try:  # the ceiling's batches: the transform tried on each before any leg runs
             batches, ceiling = [source.next() for _ in range(size.steps)], []
             for batch in batches:
                 moved = moving.batch_to_device(batch)
                 ceiling.append(pipeline.transform(moved))
-                if ceiling[-1] is None:  # the batch's structure is the model's business; None is no batch
+                if ceiling[-1] is None:  # any structure is the model's business; None is no batch
                     raise PipelineError(
                         f'{name}: its transform {transform_name(pipeline.transform)!r} returned None. It must return '
                         'the batch it was given, transformed (of any structure its model takes).'
@@ -169,8 +161,7 @@ def bench_pipeline(
 def refuse_unlike(
     name: str, pipeline: Pipeline, baseline: PipelineResult, baseline_name: str, device: str, size: Size
 ) -> None:
-    """Refuse, before anything is measured, a baseline that cannot be compared with the run asked for: another
-    pipeline, size, device, samples per step or microbatch size (one batch of the dataloader is read to count)."""
+    """Refuse, before anything is measured, a baseline unlike the run asked for (one batch is read to count)."""
     try:
         batch = next(iter(pipeline.dataloader))
     except Exception as exc:  # noqa: BLE001 - the user's dataloader: said in one line
@@ -184,12 +175,8 @@ def refuse_unlike(
         )
 
 
-# --- what it says -----------------------------------------------------------------------------------------------------
-
-
 def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str:
-    """What a person reads: the leg table (:func:`compatshim.bench.report.bench_text`), then the verdicts; the head says
-    the seconds the run measured, and of how many the command took (``wall_s``: imports and checks included)."""
+    """The leg table, then the verdicts; ``wall_s``: the seconds the command took."""
     head = (
         f'compatshim bench --pipeline {result.pipeline} (Composer {result.composer}, torch {result.torch}, '
         f'{result.fingerprint["samples_per_step"]} samples/step, {report.seconds(result, wall_s)})'
@@ -198,10 +185,8 @@ def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str
 
 
 def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
-    """Judge ``result`` against its baseline ``name`` by the project's rule: the exit code (1: something worsened;
-    2: the baseline measured another pipeline, size or device, or counted work another way; else 0) and the lines
-    that say so (every outcome but ok, then one line of the verdict). A leg new in this release, or gone, is reported,
-    never judged; the shim's legs that ran before are always judged (gone now: their placement says so)."""
+    """``result`` judged against its baseline ``name``: the exit code and the lines that say it. A leg new or gone is
+    reported, never judged; the shim's legs that ran before always are (gone now: their placement says so)."""
     ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
     relied_on = {name for name in ran_before if name in metrics.LEGS and metrics.LEGS[name].stage}
     judged_metrics = metrics.pipeline_metrics((ran & ran_before) | relied_on)
@@ -230,16 +215,14 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
 
 
 def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome]) -> list[str]:
-    """What the timings say of the transform, judged or not: its time per call now and in the baseline, and what the
-    timing gate can see of it on this pipeline (its share of a step sets how much slower it must get to move the step
-    beyond the gate's minimum effect); that the work counts see any growth only where they judged it (``work``: each
-    leg's work outcome), on the same torch and Composer."""
+    """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
+    share of a step sets that); ``work``: each leg's work outcome."""
     name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
     now, before = result.legs.get(name), baseline.legs.get(name)
     if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
         return []
     per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
-    step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer is the gate's minimum effect
+    step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
     slower = 1 + step_change / now.transform_share
     alike = (result.torch, result.composer) == (baseline.torch, baseline.composer)
     judged = alike and work.get(name) not in (None, rule.Outcome.INCONCLUSIVE)
@@ -253,7 +236,7 @@ def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[st
 
 @dataclasses.dataclass
 class Gated:
-    """What :func:`gate_pipeline` did: the result, the exit code, and the lines that say it (comparison and saving)."""
+    """What :func:`gate_pipeline` did: the result, the exit code, and the lines that say it."""
 
     result: PipelineResult
     code: int
@@ -270,7 +253,6 @@ class Baselines:
     directory: Any = None
 
     def store(self) -> Store:
-        """The store they live in (``ValueError``: a name that is not a baseline name)."""
         store = Store(self.directory if self.directory is not None else PIPELINE_DIR, PipelineResult)
         for given in (self.save, self.compare):
             if given is not None:
@@ -278,8 +260,7 @@ class Baselines:
         return store
 
     def baseline(self, store: Store) -> Optional[PipelineResult]:
-        """The baseline to compare with (``None``: none asked for); ``ValueError`` naming what is wrong with it: there
-        is none of that name (those there are), or it cannot be read."""
+        """The baseline to compare with (``None``: none asked for); ``ValueError``: none, or unreadable."""
         if self.compare is None:
             return None
         try:
@@ -295,7 +276,7 @@ class Baselines:
         return baseline
 
     def size(self, store: Store, baseline: PipelineResult) -> Size:
-        """The size ``baseline`` was measured at, to measure at it again (``ValueError``: its size is not one)."""
+        """The size ``baseline`` was measured at (``ValueError``: not one)."""
         try:
             size = Size(**known(Size, baseline.fingerprint['size']))
             size_of(size.name, size.steps, size.rounds)  # the checks of a size asked for
@@ -316,15 +297,14 @@ def gate_pipeline(
     baselines: Baselines = Baselines(),
     progress: Optional[TextIO] = None,
 ) -> Gated:
-    """The pipeline gate, once for the CLI and the fixture: every input validated and a baseline that cannot be
-    compared refused before anything is measured (``ValueError``/:class:`PipelineError`, one line); then measure,
-    compare with the baseline ``baselines.compare``, and save as ``baselines.save`` unless the comparison failed (a
-    worse run never replaces its baseline). ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a mapping of its
-    fields; ``size``: default the baseline's when comparing, else ``default``."""
+    """The pipeline gate: every input checked and an unlike baseline refused before anything is measured
+    (``ValueError``/:class:`PipelineError`, one line); then measure, compare with ``baselines.compare``, and save as
+    ``baselines.save`` unless the comparison failed. ``pipeline``: ``MODULE:CALLABLE``, a :class:`Pipeline` or a
+    mapping of its fields; ``size``: default the baseline's when comparing, else ``default``."""
     store = baselines.store()
-    on = accelerator(device)  # the one conversion of the device's name, before anything is read or measured
+    on = accelerator(device)
     baseline = baselines.baseline(store)
-    if size is None and baseline is not None:  # the baseline's size when comparing with one
+    if size is None and baseline is not None:
         size = baselines.size(store, baseline)
     size = size or size_of('default')
     name = name or (pipeline if isinstance(pipeline, str) else 'pipeline')

@@ -1,7 +1,5 @@
-"""What people read of a bench run: the text a bench prints (:func:`bench_text`, one leg table for both benches), and
-the regression baseline report of judged results (:func:`write`: ``report.md``, ``report.json`` with the raw samples and
-outcomes, which ``compatshim report`` reads back to judge again, and the :data:`CHARTS`). Every number comes from the
-registry (:mod:`compatshim.bench.metrics`), shown by its kind. Imports nothing heavy; matplotlib only to draw.
+"""What people read: the text a bench prints (:func:`bench_text`) and the report of judged results (:func:`write`;
+docs/harness.md). Every number comes from the registry, shown by its kind. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ CHARTS: tuple[str, ...] = ('ratios.png', 'bytes.png', 'throughput.png')
 
 
 def plain_words(measured: LegResult) -> str:
-    """What plain ``DataSpec(device_transforms=fn)`` does without the shim (the recipe's ``unpatched`` leg), in
-    words."""
+    """What plain ``DataSpec(device_transforms=fn)`` does without the shim, in words."""
     main = next(iter(measured.h2d_bytes_by_dtype), 'nothing')
     crossed = f'{main} images cross ({measured.h2d_bytes_per_step} bytes/step)'
     cause = measured.missing.cause if measured.missing else None
@@ -46,10 +43,8 @@ def plain_words(measured: LegResult) -> str:
 
 
 def legs_table(result: Result) -> list[str]:
-    """Per leg: step ms and samples/s (median ± IQR over the rounds; *unstable* when its rounds spread by more than
-    :data:`~compatshim.bench.results.UNSTABLE` of their median), where the transform saw its batch (*placement*), its
-    calls and its share of the step (*transform share*), the wait for data (wall time) and its share, the bytes that
-    crossed per step by dtype."""
+    """Per leg: step ms and samples/s (median ± IQR), placement, calls and share of the step, the wait for data and
+    the bytes that crossed per step by dtype."""
     lines = [
         f'  {"leg":19}{"step ms":>16}{"samples/s":>16}  {"placement":14}{"calls/step":>11}  {"transform share":>15}  '
         f'{"waits for data":>18}  bytes/step to the device'
@@ -73,8 +68,7 @@ def legs_table(result: Result) -> list[str]:
 
 
 def seconds(result: Result, wall_s: Optional[float] = None) -> str:
-    """The seconds a run measured (legs built, checked and timed), and of how many its command took where known
-    (Python's imports, Composer's, the pipeline's module and the checks before it measured)."""
+    """The seconds a run measured, and of how many its command took where known."""
     said = f'measured {result.elapsed_s:.0f} s'
     return said if wall_s is None else f'{said} of {max(wall_s, result.elapsed_s):.0f} s'
 
@@ -91,8 +85,7 @@ def bench_text(result: Result, head: str, more: list[str]) -> str:
 
 
 def work_lines(result: Result) -> list[str]:
-    """The transform's work per call in each leg that ran it, counted in the untimed check steps (ops, bytes written by
-    dtype, FLOPs): the same on any machine, so a heavier transform shows exactly. Empty for a result without counts."""
+    """The transform's work per call in each leg that ran it (empty: no counts)."""
     counted = {name: measured for name, measured in result.legs.items() if measured.work or measured.work_failed}
     if not counted:
         return []
@@ -108,8 +101,7 @@ def work_lines(result: Result) -> list[str]:
 
 
 def reference_lines(result: BenchResult) -> list[str]:
-    """What the reference bench measured besides its legs: every metric it has here as its kind shows it, the
-    monitor's words per leg, what plain device_transforms does."""
+    """Every metric measured here, the monitor's words per leg, what plain device_transforms does."""
     lines = [
         "  ratios: a leg's samples/s over its partner's in the same round, median ± IQR over the rounds; bytes and "
         'placement (recipe): the recipe workload (uint8 images, checked, not timed)'
@@ -119,7 +111,7 @@ def reference_lines(result: BenchResult) -> list[str]:
     return [*lines, f'  {"recipe: plain device_transforms":38} {plain_words(result.recipe["unpatched"])}']
 
 
-#: The metrics of the headline (those with a title), and the other gated ones (checks), summed up in one column.
+#: The metrics of the headline (with a title), and the other gated ones, summed up in one column.
 HEADLINE = [m for m in METRICS if m.title]
 CHECKS = [m for m in METRICS if not m.title and m.gate is not Gate.NEVER]
 
@@ -129,15 +121,12 @@ def _cell(judged: Judged, metric: Metric) -> str:
 
 
 def _bytes_ratio(result: BenchResult) -> str:
-    """The recipe's bytes per step with the shim over plain device_transforms' (``—``: plain did not run)."""
     shim, plain = result.recipe['shim-batch'], result.recipe['unpatched']
     ran = plain.available and plain.h2d_bytes_per_step
     return f'{shim.h2d_bytes_per_step / plain.h2d_bytes_per_step:.2f}' if ran else '—'
 
 
 def markdown(judged: list[Judged], device: str) -> str:
-    """The report of one device as Markdown: the headline, compatshim's own cost, the recipe's bytes, every leg, the
-    outcomes other than ok and the machines."""
     out = [f'# compatshim regression baseline report ({device})', '']
     if not judged:
         return '\n'.join(out + ['No env produced a result.', ''])
@@ -147,7 +136,6 @@ def markdown(judged: list[Judged], device: str) -> str:
 
 
 def _headline(judged: list[Judged]) -> list[str]:
-    """The outcomes counted, the rule, and per release the metrics of the headline with their outcomes."""
     counts = {o: sum(j.outcome is o for r in judged for j in r.judgements) for o in rule.Outcome}
     out = [
         f'Envs: {len(judged)}. Outcomes over all gated metrics: '
@@ -180,7 +168,6 @@ def _headline(judged: list[Judged]) -> list[str]:
 
 
 def _costs(judged: list[Judged]) -> list[str]:
-    """compatshim's own cost per batch: each probe's share of a step, its path over the direct path, its µs."""
     out = [
         '',
         "## compatshim's own cost per batch",
@@ -201,7 +188,6 @@ def _costs(judged: list[Judged]) -> list[str]:
 
 
 def _recipe(judged: list[Judged]) -> list[str]:
-    """The recipe workload: what plain device_transforms does, and the KiB per step that cross per leg."""
     out = [
         '',
         '## Recipe workload: what crosses to the device',
@@ -229,7 +215,6 @@ def _recipe(judged: list[Judged]) -> list[str]:
 
 
 def _per_leg(judged: list[Judged]) -> list[str]:
-    """Per leg of the augment workload: placement, coherence, calls, bytes, samples/s (or why it did not run)."""
     out = [
         '',
         '## Per leg (augment workload)',
@@ -256,7 +241,6 @@ def _notable(judged: list[Judged]) -> list[str]:
 
 
 def _machines(judged: list[Judged]) -> list[str]:
-    """Each machine the results were measured on, with the envs measured there."""
     machines: dict[str, list[str]] = {}
     for r in judged:
         fp = r.result.fingerprint
@@ -270,7 +254,7 @@ def _machines(judged: list[Judged]) -> list[str]:
 
 @contextlib.contextmanager
 def _chart(judged: list[Judged], path: Path, title: str, ylabel: str) -> Iterator[Any]:
-    """A chart of one group per env, saved to ``path`` after the block has drawn on its axes."""
+    """A chart of one group per env, saved after the block has drawn on its axes."""
     import matplotlib
 
     matplotlib.use('Agg')
@@ -314,8 +298,7 @@ def _bytes(result: BenchResult, name: str) -> Optional[tuple[float, float]]:
 
 
 def plot_ratios(judged: list[Judged], path: Path) -> None:
-    """Every gated timing of every release as its median over its baseline's median (IQR bars), each over the band of
-    its kind's minimum effect."""
+    """Every gated timing as its median over its baseline's (IQR bars), over its minimum effect's band."""
     timed = [m for m in METRICS if m.gate is not Gate.NEVER and m.kind.min_effect is not None]
     title = "Gated timings per release against their baselines; green: each one's minimum effect"
     with _chart(judged, path, title, 'median / baseline median (IQR bars)') as ax:
@@ -335,7 +318,7 @@ def plot_ratios(judged: list[Judged], path: Path) -> None:
 
 
 def write(judged: list[Judged], out_dir: PathLike, device: str, png: bool = True) -> Path:
-    """Write ``report.md``, ``report.json`` and (if ``png``) the :data:`CHARTS` of one device into ``out_dir``."""
+    """Write ``report.md``, ``report.json`` and (if ``png``) the :data:`CHARTS` of one device."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / 'report.md').write_text(markdown(judged, device))

@@ -1,7 +1,6 @@
-"""What a bench run measured, typed, and where it is kept: one result record (:class:`Result`, a
-:class:`LegResult` per leg; :class:`BenchResult` and :class:`PipelineResult` add what only their bench has), stored as
-JSON with its raw samples so that any later rule can judge it again, and one baseline store (:class:`Store`). Imports
-nothing heavy (no torch).
+"""What a bench run measured and where it is kept: one record (:class:`Result`, a :class:`LegResult` per leg, and
+what only each bench has), stored as JSON with its raw samples so that a later rule can judge it again, and one
+baseline store (:class:`Store`). Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -26,12 +25,12 @@ __all__ = [
     'reference_store', 'spread', 'written_by'
 ]  # fmt: skip
 
-#: The result format; a result of another schema is refused, naming it (measure it again). 5: one record for both
-#: benches, one leg vocabulary (``unpatched`` is plain ``device_transforms`` everywhere), typed placements.
+#: The result format; another schema is refused, naming it. 5: one record for both benches, one leg vocabulary.
 SCHEMA = 5
-#: A leg whose rounds spread (interquartile range) by more than this share of their median is unstable: it supports no
-#: timing verdict.
+#: A leg whose rounds spread (interquartile range) by more than this share of their median is unstable.
 UNSTABLE = 0.25
+#: The placement schema 5 stores for a leg that was never built (not on this release, or rejected).
+UNAVAILABLE = 'unavailable'
 PathLike = Union[str, 'os.PathLike[str]']
 
 
@@ -44,7 +43,7 @@ def quartiles(samples: list[float]) -> tuple[float, float, float]:
 
 
 def spread(samples: list[float], fmt: str = '.3f') -> str:
-    """Samples as their median ± interquartile range (``—``: none): the one way a figure's spread is shown."""
+    """Samples as their median ± interquartile range (``—``: none): the one way a spread is shown."""
     if not samples:
         return '—'
     q1, median, q3 = quartiles(samples)
@@ -52,8 +51,7 @@ def spread(samples: list[float], fmt: str = '.3f') -> str:
 
 
 class UnreadableResult(ValueError):
-    """A stored result that is not one this compatshim reads (another kind, another schema): the message says which;
-    ``reader`` names the compatshim that reads it (``''``: none does, it is not a result of this command)."""
+    """A stored result this compatshim does not read; ``reader`` names the compatshim that does (``''``: none)."""
 
     def __init__(self, message: str, reader: str = '') -> None:
         super().__init__(message)
@@ -61,7 +59,7 @@ class UnreadableResult(ValueError):
 
 
 class Cause(Word):
-    """Why a leg did not run on this release, in a word (:class:`Missing` holds it with its line)."""
+    """Why a leg did not run on this release."""
 
     NOT_HERE = 'not on this release'  # the argument or the shim's stage does not exist on this release
     REJECTED = 'rejected'  # DataSpec raised TypeError (0.29+: device_transforms removed)
@@ -70,8 +68,7 @@ class Cause(Word):
 
 @dataclasses.dataclass(frozen=True)
 class Missing:
-    """A leg that did not run on this release: the one "did not run" of the bench, its cause and the line that says
-    why. Where the rule compares placements, every missing leg is alike (``unavailable``), shown with its reason."""
+    """A leg that did not run: its cause and the line that says why. Every missing leg compares alike."""
 
     cause: Cause = dataclasses.field(compare=False)
     reason: str = dataclasses.field(compare=False)
@@ -80,20 +77,13 @@ class Missing:
         return f'{UNAVAILABLE} ({self.reason})'
 
 
-#: The placement schema 5 stores for a leg that was never built (not on this release, or rejected).
-UNAVAILABLE = 'unavailable'
-
-
 @dataclasses.dataclass
 class LegResult:
-    """One leg: where its transform ran, how often and what crossed to the device (from the check steps), or why it
-    did not run (``missing``), and per timed round its mean window (``round_s``) and, for each leg it was paired
-    with, that partner's window beside it (``beside``, by the partner's name); per window its samples/s. The timings
-    are empty for an untimed leg."""
+    """One leg: placement, calls and bytes from the check steps (or why it did not run), and per timed round its mean
+    window (``round_s``) and each partner's window beside it (``beside``, by the partner's name)."""
 
     description: str
     missing: Optional[Missing] = None
-    #: Where the transform saw its batch, as far as the leg got (a leg never built: never called).
     placement: Placement = Placement.NEVER_CALLED
     calls_per_step: float = 0.0
     h2d_bytes_per_step: int = 0
@@ -101,16 +91,14 @@ class LegResult:
     beside: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     round_s: list[float] = dataclasses.field(default_factory=list)
     samples_per_s: list[float] = dataclasses.field(default_factory=list)
-    #: Per step, medians over the timed windows: the transform's time (ms, on the window's clock), its share of the
-    #: window (the same clock, so never above 1), the wait for data (ms) and its share of the step (host wall time).
+    #: Per step, medians over the timed windows: the transform's ms and share of the window, the wait for data (ms,
+    #: wall time) and its share.
     transform_ms: Optional[float] = None
     transform_share: Optional[float] = None
     wait_ms: Optional[float] = None
     wait_share: Optional[float] = None
-    #: What the in-run monitor said of the check steps.
-    monitor: str = ''
-    #: The transform's work per call, counted in the check steps (``None``: no transform ran, or an older result);
-    #: ``work_failed``: why torch could not count it.
+    monitor: str = ''  # what the in-run monitor said of the check steps
+    #: The transform's work per call in the check steps (``None``: none ran); ``work_failed``: why it was not counted.
     work: Optional[Work] = None
     work_failed: str = ''
 
@@ -120,22 +108,18 @@ class LegResult:
 
     @property
     def reason(self) -> str:
-        """Why it did not run (``''``: it ran)."""
         return '' if self.missing is None else self.missing.reason
 
     @property
     def coherence(self) -> str:
-        """Batch coherence as calls per step show it: one call per step keeps every batch-level draw shared; a leg
-        whose transform never ran says where it stands instead."""
+        """One call per step keeps every batch-level draw shared: ``coherent``."""
         calls = self.calls_per_step
         if calls == 1:
             return 'coherent'
         return f'per microbatch ({calls:g} calls/step)' if calls else str(self.placement)
 
     def to_json(self) -> dict[str, Any]:
-        """As schema 5 stores a leg (:data:`STORED`): ``missing`` as its ``status`` and ``reason``,
-        :data:`UNAVAILABLE` as the placement of a leg that was never built, and its pair as one ``partner`` with its
-        windows (``beside_s``); a leg timed beside two partners is refused: schema 5 holds one."""
+        """As schema 5 stores a leg (:data:`STORED`): one partner at most (``ValueError`` for two)."""
         if len(self.beside) > 1:
             raise ValueError(f'{self.description}: timed beside {", ".join(self.beside)}; a result holds one partner')
         built = self.missing is None or self.missing.cause is Cause.FAILED
@@ -150,7 +134,7 @@ class LegResult:
         }
         counted = {'work': self.work.to_json()} if self.work is not None else {}
         failed = {'work_failed': self.work_failed} if self.work_failed else {}
-        return {**{key: stored[key] for key in STORED}, **counted, **failed}  # work: added to schema 5, optional
+        return {**{key: stored[key] for key in STORED}, **counted, **failed}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LegResult:
@@ -172,8 +156,8 @@ STORED = tuple(
 
 @dataclasses.dataclass
 class Overheads:
-    """One overhead probe's raw samples: the seconds of ``calls`` calls of compatshim's path, of as many of the direct
-    path, and the round (1-based) of each sample."""
+    """One probe's raw samples: seconds of ``calls`` calls of compatshim's path and of the direct path, and the round
+    (1-based) of each sample."""
 
     calls: int
     path_s: list[float] = dataclasses.field(default_factory=list)
@@ -188,17 +172,14 @@ class Overheads:
 
 @dataclasses.dataclass
 class Result:
-    """One run of the engine on one release: what both benches have. The Composer, torch and device it ran on are
-    read from its fingerprint, where they are stored once (schema 5 repeats them at the top of its JSON)."""
+    """One run of the engine on one release; Composer, torch and device are read from the fingerprint."""
 
-    family: str  # a Family's value ('host', 'dropped', 'rejected'), or UNAFFECTED_FAMILY
-    #: What it ran on (reported), and what must match for a baseline to compare (``Metric``'s comparability keys).
-    fingerprint: dict[str, Any]
+    family: str  # a Family's value, or UNAFFECTED_FAMILY
+    fingerprint: dict[str, Any]  # what it ran on, and what a baseline must match
     measured_at: str
     legs: dict[str, LegResult]
     elapsed_s: float = 0.0
     schema: int = SCHEMA
-    #: How a stored result says which record it is, and the command that makes it.
     kind: ClassVar[str] = ''
     command: ClassVar[str] = ''
 
@@ -220,19 +201,17 @@ class Result:
 
     @property
     def work_counting(self) -> Optional[int]:
-        """How its work was counted (:data:`~compatshim.bench.work.COUNTING`; a result that does not say: 1, as
-        counted before it was said); ``None``: it counted no work."""
+        """How its work was counted (a result that does not say: 1); ``None``: it counted none."""
         legs = [*self.legs.values(), *self.legs_of(recipe=True).values()]
         return int(self.fingerprint.get('work_counting', 1)) if any(m.work for m in legs) else None
 
     def step_ms(self, name: str) -> list[float]:
-        """A leg's step time per round, in ms (empty: not timed): the figures of the tables and the verdicts."""
+        """A leg's step time per round, in ms (empty: not timed)."""
         measured, steps = self.legs.get(name), self.fingerprint['size']['steps']
         return [] if measured is None or not measured.available else [s * 1e3 / steps for s in measured.round_s]
 
     def unstable(self, name: str) -> str:
-        """Why the leg's rounds are marked unstable in the table ('' when they are not): the machine was busy, or the
-        leg varies (a verdict reads the pair's ratios round by round, which tell the two apart)."""
+        """Why the leg's rounds are unstable ('': they are not)."""
         step = self.step_ms(name)
         if len(step) < 2:
             return f'{name} has one round' if step else f'{name} was not timed'
@@ -244,8 +223,7 @@ class Result:
             'ms/step): the machine was busy, or the leg varies from round to round'
         )
 
-    # What only the reference bench measures (``None`` or empty elsewhere): the recipe's legs, a probe's samples,
-    # what enable() patched.
+    # What only the reference bench has: the recipe's legs, a probe's samples, what enable() patched.
     def legs_of(self, recipe: bool = False) -> dict[str, LegResult]:
         return {} if recipe else self.legs
 
@@ -265,8 +243,7 @@ class Result:
 
     @classmethod
     def from_json(cls, data: Any) -> Any:
-        """Read a stored result of this kind; another kind, or a schema other than :data:`SCHEMA`, is refused, naming
-        what it is and which compatshim wrote it (:func:`written_by`)."""
+        """A stored result of this kind; another kind or schema is refused, naming what wrote it."""
         written = written_by(data)
         if written is None:
             raise UnreadableResult(f'it is not a result of {cls.command}')
@@ -275,8 +252,7 @@ class Result:
             raise UnreadableResult(f'it is a result of {kind.command}, not of {cls.command}')
         if schema != SCHEMA:
             writer = f'compatshim {version}' if version else 'an earlier compatshim'
-            newer = isinstance(schema, int) and schema > SCHEMA
-            if newer:
+            if isinstance(schema, int) and schema > SCHEMA:
                 reader = 'a newer compatshim (pip install --upgrade compatshim)'
             elif version and version != __version__:
                 reader = f'compatshim {version} (pip install compatshim=={version})'
@@ -298,8 +274,7 @@ class Result:
 
 @dataclasses.dataclass
 class BenchResult(Result):
-    """One env's reference bench (``compatshim bench``): the augment workload timed, the recipe's legs checked, the
-    probes' raw samples, what ``enable()`` patched, what was planted."""
+    """One env's reference bench: the augment legs timed, the recipe's checked, the probes, what was planted."""
 
     env: str = ''  # the matrix env, e.g. composer0.28.0-cpu
     recipe: dict[str, LegResult] = dataclasses.field(default_factory=dict)
@@ -307,8 +282,7 @@ class BenchResult(Result):
     patched_by_enable: list[str] = dataclasses.field(default_factory=list)
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0
-    #: The transforms made heavier by one op over a tenth of each batch (a planted change of work, to check the gate).
-    planted_work: bool = False
+    planted_work: bool = False  # both transforms one op heavier over a tenth of each batch
     kind: ClassVar[str] = 'bench'
     command: ClassVar[str] = 'compatshim bench'
 
@@ -323,7 +297,7 @@ class BenchResult(Result):
 
     @property
     def planted(self) -> bool:
-        return bool(self.planted_slowdown or self.planted_hook_us or self.planted_work)
+        return bool(self.planted_text)
 
     @property
     def planted_text(self) -> str:
@@ -336,16 +310,14 @@ class BenchResult(Result):
 
 @dataclasses.dataclass
 class PipelineResult(Result):
-    """One run of ``compatshim bench --pipeline``: a user's pipeline, leg by leg, with the ceiling, and the verdicts."""
+    """One run of ``compatshim bench --pipeline``, with its verdicts in words."""
 
-    #: The verdicts, in words (the shim's factor, batch against microbatch, input-bound or not).
     verdicts: list[str] = dataclasses.field(default_factory=list)
     kind: ClassVar[str] = 'pipeline'
     command: ClassVar[str] = 'compatshim bench --pipeline'
 
     @property
     def pipeline(self) -> str:
-        """The pipeline it measured (``MODULE:CALLABLE``), as its fingerprint says."""
         return str(self.fingerprint['pipeline'])
 
     def to_json(self) -> dict[str, Any]:
@@ -355,9 +327,8 @@ class PipelineResult(Result):
 
 
 def written_by(data: Any) -> Optional[tuple[type[Result], Any, Optional[str]]]:
-    """What a stored file holds, as far as it says: the kind of result, its schema and the compatshim version that
-    wrote it (``None``: not a result of either bench). Before schema 5 a result named no kind: a reference result has
-    an ``env``, a pipeline result a ``pipeline``."""
+    """The kind of result ``data`` holds, its schema and the compatshim that wrote it (``None``: no result). Before
+    schema 5 a result named no kind: a reference result has an ``env``, a pipeline result a ``pipeline``."""
     if not isinstance(data, dict) or not isinstance(data.get('fingerprint'), dict) or 'legs' not in data:
         return None
     kind = data.get('kind')
@@ -371,7 +342,7 @@ def written_by(data: Any) -> Optional[tuple[type[Result], Any, Optional[str]]]:
 
 
 def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The keys of ``data`` that ``cls`` has fields for (a stored result may hold fields since retired)."""
+    """The keys of ``data`` that ``cls`` has fields for (a stored result may hold retired ones)."""
     fields = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in fields}
 
@@ -381,8 +352,8 @@ def now() -> str:
 
 
 def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tuple[str, ...]) -> Optional[str]:
-    """Why the ``baseline`` fingerprint did not measure the same workload as ``fingerprint`` (``None``: it did), by the
-    ``keys`` (a size is named by its name, and by the fields that differ where the names are the same)."""
+    """Why ``baseline`` measured another workload than ``fingerprint`` by ``keys`` (``None``: the same); a size is
+    named by its name, and by the fields that differ where the names are the same."""
 
     def shown(value: Any, other: Any) -> Any:
         if not isinstance(value, dict):
@@ -402,8 +373,7 @@ def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tupl
 
 
 def counted_apart(now: Optional[int], then: Optional[int]) -> Optional[str]:
-    """Why counts of work made by the method ``then`` (a baseline's) cannot be compared with those of ``now`` (``None``:
-    the same method, or one side counted none)."""
+    """Why work counted by method ``then`` cannot be compared with ``now``'s (``None``: it can)."""
     apart = None not in (now, then) and now != then
     return f'work counted by method {then} in the baseline, {now} now' if apart else None
 
@@ -419,20 +389,19 @@ PIPELINE_DIR = Path('.compatshim') / 'benchmarks'
 
 
 class Store:
-    """Baselines of one kind of result in ``<root>/<name>.json``, one rule for both benches: a baseline is replaced
-    only when the caller asks (``--save NAME`` asks; ``report --record`` with ``--replace``)."""
+    """Baselines of one kind of result in ``<root>/<name>.json``, replaced only when the caller asks."""
 
     def __init__(self, root: PathLike, kind: type[Result]) -> None:
         self.root, self.kind = Path(root), kind
 
     def path(self, name: str) -> Path:
-        """Where the baseline ``name`` lives (``ValueError``: not a plain file name, saying what is allowed)."""
+        """Where the baseline ``name`` lives (``ValueError``: not a plain file name)."""
         if not NAME.match(name):
             raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
         return self.root / f'{name}.json'
 
     def absent(self, name: str) -> str:
-        """What to say when there is no baseline ``name``: the baselines there are (and the one a typo meant)."""
+        """What to say when there is no baseline ``name``: those there are, and the one a typo meant."""
         import difflib
 
         there = sorted(path.stem for path in self.root.glob('*.json') if NAME.match(path.stem))
@@ -446,7 +415,7 @@ class Store:
         return f'{held}; save one with --save {name}'
 
     def load(self, name: str) -> Optional[Any]:
-        """The baseline ``name`` (``None``: there is none); :class:`UnreadableResult` if it cannot be read."""
+        """The baseline ``name`` (``None``: none); :class:`UnreadableResult` if it cannot be read."""
         path = self.path(name)
         if not path.is_file():
             return None
@@ -467,19 +436,15 @@ class Store:
         return path
 
 
-#: What measures a reference result again with this compatshim.
-MEASURE_AGAIN = 'measure it again with this compatshim (compatshim bench --out FILE, or tox -m report)'
-
-
 def read(paths: Iterable[PathLike]) -> tuple[list[BenchResult], list[str]]:
-    """Every reference result under ``paths`` (files or directories, searched for ``*.json``; a ``report.json`` gives
-    the results it holds), sorted by device, Composer release, torch, and every problem on the way, one line each: a
-    path that is missing, a file that is neither a bench result nor a report, a result this compatshim does not read
-    (which compatshim wrote it, and what to do; files with the same problem in one line)."""
+    """Every reference result under ``paths`` (files, or directories of ``*.json``; a ``report.json`` gives those it
+    holds), sorted by device, Composer and torch, and every problem, one line each (files alike in one line)."""
     from packaging.version import Version
 
     found: list[BenchResult] = []
-    problems: dict[str, list[str]] = {}  # what is wrong with the files -> the files (none: the message is whole)
+    problems: dict[str, list[str]] = {}  # what is wrong -> the files (none: the message is whole)
+    neither = ' is neither a bench result (compatshim bench --out) nor a report: '
+    again = 'measure it again with this compatshim (compatshim bench --out FILE, or tox -m report)'
     for root in map(Path, paths):
         if not root.exists():
             problems.setdefault(f'{root}: no such file or directory', [])
@@ -490,25 +455,17 @@ def read(paths: Iterable[PathLike]) -> tuple[list[BenchResult], list[str]]:
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except UnreadableResult as exc:
-                what = f': {exc}; {MEASURE_AGAIN}, or judge it with {exc.reader}' if exc.reader else f'{NEITHER}{exc}'
+                what = f': {exc}; {again}, or judge it with {exc.reader}' if exc.reader else f'{neither}{exc}'
                 problems.setdefault(what, []).append(str(file))
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                problems.setdefault(f'{NEITHER}{type(exc).__name__}: {exc}', []).append(str(file))
-    lines = [_shown(files) + what if files else what for what, files in problems.items()]
+                problems.setdefault(f'{neither}{type(exc).__name__}: {exc}', []).append(str(file))
+    more = {what: f' (and {len(files) - 1} more files)' if files[1:] else '' for what, files in problems.items()}
+    lines = [f'{files[0]}{more[what]}{what}' if files else what for what, files in problems.items()]
     return sorted(found, key=lambda r: (r.device, Version(r.composer), Version(r.torch.split('+')[0]))), lines
 
 
-#: What follows a file that ``compatshim report --results`` cannot read at all.
-NEITHER = ' is neither a bench result (compatshim bench --out) nor a report: '
-
-
-def _shown(files: list[str]) -> str:
-    """Files with one problem: the first, and how many more."""
-    return files[0] if len(files) == 1 else f'{files[0]} (and {len(files) - 1} more files)'
-
-
 def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
-    """:func:`read`, where any problem is a ``ValueError`` naming every one (one line each)."""
+    """:func:`read`, where any problem is a ``ValueError`` naming every one."""
     found, problems = read(paths)
     if problems:
         raise ValueError('\n'.join(problems))
@@ -516,16 +473,13 @@ def gather(paths: Iterable[PathLike]) -> list[BenchResult]:
 
 
 def reference_store(root: PathLike, device: str) -> Store:
-    """The reference bench's baselines of ``device`` under ``root`` (``<root>/<device>/<env>.json``): the one place that
-    path is built."""
+    """The reference bench's baselines of ``device``: ``<root>/<device>/<env>.json``."""
     return Store(Path(root) / device, BenchResult)
 
 
 def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchResult], Optional[str]]:
-    """``result``'s baseline under ``root`` (``<root>/<device>/<env>.json``), and the line that fails the run when
-    there is none to judge against: one that cannot be read, or none although its device has some (a renamed env, or a
-    forgotten ``--record``); a device with no baselines at all is a first run. The one rule of ``compatshim report``
-    and ``compatshim bench --baselines``."""
+    """``result``'s baseline under ``root``, and the line that fails the run where there is none to judge against:
+    one that cannot be read, or none although its device has some (a device with none at all is a first run)."""
     store = reference_store(root, result.device)
     record = f'tox -e bench-{result.env},report -- --record'
     elsewhere = 'compatshim report --results RESULT.json --baselines DIR --out DIR --record'
@@ -545,7 +499,7 @@ def baseline_for(root: PathLike, result: BenchResult) -> tuple[Optional[BenchRes
 
 
 def record_baseline(result: BenchResult, root: PathLike, replace: bool = False) -> Path:
-    """Write ``result`` as the baseline of its env (never over one unless ``replace``; never a planted run)."""
+    """Write ``result`` as its env's baseline (never over one unless ``replace``; never a planted run)."""
     if result.planted:
         raise ValueError(f'{result.env}: a run with a planted slowdown cannot be recorded as a baseline')
     return reference_store(root, result.device).save(result, result.env, replace)

@@ -1,12 +1,7 @@
-"""Every rule of the bench, in one module: the gate's (:data:`RULE`, one paragraph; the kinds of metric, each with
-its minimum effect or limit and its test, and :func:`judge`, which applies them to a result and its baseline) and the
-pipeline bench's verdicts (:data:`VERDICT_RULE`: :func:`tell`, :func:`verdicts`), whose *as fast as* band is the
-gate's minimum effect for a same-run ratio.
-
-Two numbers, as asv compare has: the rank test keeps a gate quiet on a shared machine, the minimum effect on a calm
-one. The p-value is the normal approximation of the Mann-Whitney U statistic with tie and continuity corrections:
-conservative at these sizes (3 rounds a side never reach :data:`ALPHA`, so ``--quick`` never gates a timing), no
-dependency, and on every recorded case the minimum effect, not the test, decides. Imports nothing heavy.
+"""Every rule of the bench: the gate's (:data:`RULE`; the kinds of metric and :func:`judge`) and the pipeline
+bench's verdicts (:data:`VERDICT_RULE`). Why two numbers: docs/harness.md. The p-value is the normal approximation of
+the Mann-Whitney U statistic (tie and continuity corrected): 3 rounds a side never reach :data:`ALPHA`, so ``--quick``
+never gates a timing. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.bench.results import LegResult, Overheads, PipelineResult, Result, comparable, counted_apart, spread
+from compatshim.bench.results import LegResult, PipelineResult, Result, comparable, counted_apart, spread
 from compatshim.observe.placement import Placement, Word
 
 __all__ = [
@@ -41,7 +36,7 @@ class Outcome(Word):
 
 @dataclasses.dataclass(frozen=True)
 class Judgement:
-    """The outcome of one metric, with the numbers behind it (for the report and the last line of a failed run)."""
+    """The outcome of one metric, with the numbers behind it."""
 
     metric: str
     outcome: Outcome
@@ -53,7 +48,6 @@ class Judgement:
     unit: str = ''  # what follows a number ('×', '%', ' bytes/step')
 
     def line(self, name: str) -> str:
-        """One line naming the env (or pipeline), the metric, the baseline, the current value and the threshold."""
         numbers = ''
         if self.current is not None:
             before = '' if self.baseline is None else f'baseline {_fmt(self.baseline)}{self.unit}, '
@@ -89,15 +83,13 @@ def mann_whitney_p(lower: list[float], higher: list[float]) -> float:
 
 
 def worst(judgements: Iterable[Judgement]) -> Outcome:
-    """The worst outcome of ``judgements`` (ok for none)."""
     order = list(Outcome)
     return min((j.outcome for j in judgements), key=order.index, default=Outcome.OK)
 
 
 @dataclasses.dataclass(frozen=True)
 class SampleSource:
-    """Where a metric's samples are: a leg by its name (of the recipe workload with ``recipe``), its partner's, a
-    probe's."""
+    """Where a metric's samples are: a leg (of the recipe with ``recipe``), its partner, a probe."""
 
     leg: str = ''
     partner: str = ''
@@ -107,18 +99,14 @@ class SampleSource:
     def leg_of(self, result: Result) -> Optional[LegResult]:
         return result.legs_of(self.recipe).get(self.leg)
 
-    def probe_of(self, result: Result) -> Optional[Overheads]:
-        return result.probe(self.probe)
-
 
 class Kind:
-    """What a metric is: how it reads, judges (against a baseline, or alone), quotes and shows its samples;
-    ``sentence``: its part of :data:`RULE` (``''``: never judged); ``holds``: what can move it; ``sizes``: the workload
-    sizes it is judged at (``None``: all); ``paired``: the engine runs its two legs back to back."""
+    """What a metric is: how it reads, judges and shows its samples; ``sentence``: its part of :data:`RULE` (``''``:
+    never judged); ``holds``: what can move it; ``sizes``: judged at (``None``: all); ``paired``: two legs back to back;
+    ``stable_rounds``: judged only where both runs' rounds were stable."""
 
     name, unit, digits, sentence, holds = '', '', '.3f', '', ''
     against_baseline, paired = True, False
-    #: Judged only where the rounds of both legs were stable, in the run and in its baseline (else inconclusive).
     stable_rounds = False
     min_effect: Optional[float] = None
     sizes: Optional[tuple[str, ...]] = None
@@ -137,8 +125,7 @@ class Kind:
 
 
 class Ratio(Kind):
-    """A leg's throughput over its partner's, one sample per round, judged by the change of its median against the
-    baseline's and a one-sided rank test; higher is better."""
+    """A leg's throughput over its partner's, per round: its median's change and a rank test; higher is better."""
 
     name, unit, paired = 'same-run ratio', '×', True
 
@@ -150,7 +137,7 @@ class Ratio(Kind):
         measured = source.leg_of(result)
         if measured is None:
             return []
-        beside = measured.beside.get(source.partner, [])  # its own pair's rounds, under the partner's name
+        beside = measured.beside.get(source.partner, [])
         return [partner_s / own_s for own_s, partner_s in zip(measured.round_s, beside)]
 
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
@@ -171,19 +158,18 @@ class Ratio(Kind):
 
 
 class Reported(Kind):
-    """A figure of an overhead probe, reported and never judged: ``figure(path_s, direct_s, calls)`` per sample."""
+    """A probe's figure, never judged: ``figure(path_s, direct_s, calls)`` per sample."""
 
     def __init__(self, name: str, unit: str, digits: str, figure: Callable[[float, float, int], float]) -> None:
         self.name, self.unit, self.digits, self._figure = name, unit, digits, figure
 
     def read(self, source: SampleSource, result: Result) -> list[Any]:
-        found = source.probe_of(result)
+        found = result.probe(source.probe)
         return [] if found is None else [self._figure(p, d, found.calls) for p, d in zip(found.path_s, found.direct_s)]
 
 
 class Share(Kind):
-    """A path of compatshim's (a probe) as a share of a step of a leg in the same round, in percent, held to a fixed
-    limit: the product's promise, far above what any machine measured, below what a real regression costs."""
+    """A probe's path as a share (%) of a step of a leg in the same round, held to a fixed limit."""
 
     name, unit, against_baseline = 'share of a step', '%', False
 
@@ -194,7 +180,7 @@ class Share(Kind):
         self.holds = 'a limit, not a baseline: measured far below it on every machine, quiet and loaded'
 
     def read(self, source: SampleSource, result: Result) -> list[Any]:
-        found, measured = source.probe_of(result), source.leg_of(result)
+        found, measured = result.probe(source.probe), source.leg_of(result)
         if found is None or measured is None or not measured.round_s:
             return []
         step_s = [window / float(result.fingerprint['size']['steps']) for window in measured.round_s]
@@ -212,8 +198,8 @@ class Share(Kind):
 
 
 class Exact(Kind):
-    """A fact of a leg (a count ``field`` with a ``unit``, or its placement) exactly as before: any change is a
-    regression, but those ``improves(before, now)`` calls an improvement (the baseline is stale)."""
+    """A leg's ``field`` (a count with a ``unit``, or its placement) exactly as before: a change is a regression, or
+    an improvement where ``improves(before, now)``."""
 
     holds = 'only the code: a count'
 
@@ -224,7 +210,7 @@ class Exact(Kind):
         measured = source.leg_of(result)
         if measured is None:
             return []
-        if not self.unit:  # the placement, or why the leg did not run (every such leg alike, said with its reason)
+        if not self.unit:  # the placement, or why the leg did not run
             return [measured.missing or measured.placement]
         return [float(getattr(measured, self.field))] if measured.available else []
 
@@ -252,10 +238,8 @@ class Exact(Kind):
 
 
 class WorkDone(Kind):
-    """A leg's transform's work per call, counted, not timed: every count of :meth:`Work.counts` (ops, bytes written,
-    FLOPs, and per route the elements that leave torch) against its baseline's exactly, by :data:`WORK_RULE`; across a
-    torch or Composer upgrade a change is reported with the versions, never judged (torch may decompose an op
-    differently)."""
+    """A transform's work per call, every count of :meth:`Work.counts` by :data:`WORK_RULE`; across a torch or
+    Composer upgrade a change is reported, never judged (torch may decompose an op differently)."""
 
     name, unit, holds = 'work', ' B/call', 'only the code: a count (and the torch release, which is said)'
     sentence = (
@@ -302,8 +286,7 @@ class WorkDone(Kind):
 
 
 class Check(Kind):
-    """A fact of the run that must hold whatever the timings: ``find`` gives the problem ('' when it holds, ``None``
-    where it cannot be checked)."""
+    """A fact that must hold: ``find`` gives the problem ('': it holds, ``None``: not checkable here)."""
 
     name, against_baseline, holds = 'check', False, 'only the code: a fact of the run'
 
@@ -325,7 +308,6 @@ class Check(Kind):
 
 
 def _on_device(source: SampleSource, result: Result) -> Optional[str]:
-    """A checked leg ran its transform on the device, and stage batch once per step."""
     measured = source.leg_of(result)
     if measured is None or not measured.available:
         return None
@@ -342,8 +324,7 @@ def _nothing_patched(source: SampleSource, result: Result) -> Optional[str]:
 
 
 def _unsteady(source: SampleSource, result: Result, baseline: Any) -> str:
-    """Why a timing of ``source``'s legs cannot be judged (``''``: it can): a leg whose rounds were unstable in the
-    baseline or in this run (:meth:`Result.unstable`, the table's *(unstable)*), with what to do."""
+    """Why a timing of ``source``'s legs cannot be judged (``''``: it can): unstable rounds, then or now."""
     for leg in (source.leg, source.partner):
         before = baseline.unstable(leg) if baseline is not None else ''
         if before:
@@ -354,16 +335,13 @@ def _unsteady(source: SampleSource, result: Result, baseline: Any) -> str:
     return ''
 
 
-#: Two legs of like work in one process still differ from session to session by an offset shared by every round (two
-#: Trainers of one leg in one process agree within 1%): three sessions of unchanged code moved these ratios by up to
-#: 10.3%, a planted 20% slower transform by 11.4-18.7%. The minimum effect lies between.
+#: Three sessions of unchanged code moved these ratios by up to 10.3%, a 20% slower transform by 11.4-18.7%.
 RATIO = Ratio(
     0.10,
     'a same-run ratio (two legs doing the same work, back to back in every round)',
     "the shim's code; a slower machine or a slow phase touches both legs alike",
 )
-#: A pipeline leg against its ceiling is unlike work: unchanged runs moved it by up to 19%, a 2x slower transform at
-#: 40% of the step by 25-35%. It judges a user's pipeline against a baseline saved on their own kind of runner.
+#: Unlike work: unchanged runs moved it by up to 19%, a 2x slower transform at 40% of the step by 25-35%.
 BESIDE = Ratio(
     0.20,
     'a pipeline leg against the ceiling window beside it in every round (the same steps on data already transformed '
@@ -373,9 +351,8 @@ BESIDE = Ratio(
 BESIDE.stable_rounds = True
 OVERHEAD = Reported('overhead ratio', '×', '.3f', lambda path, direct, calls: path / direct)
 FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (path - direct) / calls * 1e6)
-#: Limits for a step of the real workload, measured on unchanged code, quiet and loaded, on two 2-core machines 1.7x
-#: apart: the monitor 0.13-0.35% of a step (limit 1%), the hook 0.018-0.043% (limit 0.1%; 50 µs more per call made it
-#: 0.19-0.38%). The hook's limit is stated at the cpu size only: a GPU's shorter step has not been measured against it.
+#: Measured (docs/harness.md): the monitor 0.13-0.35% of a step, the hook 0.018-0.043%; the hook's limit holds at the
+#: cpu size only (a GPU's shorter step was never measured against it).
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
 BYTES = Exact(
@@ -402,14 +379,14 @@ WORK = WorkDone()
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
 
-#: The work rule, in the one sentence docs/pipeline.md and a compare that judged work per call state.
+#: The work rule, as docs/pipeline.md and a compare state it.
 WORK_RULE = (
     'Work per call is gated exactly on the same torch and Composer: more of any count (ops, bytes written, FLOPs, or '
     'elements leaving torch by a route such as Tensor.tolist) with none fewer is a regression naming it; one count '
     'fewer while another is more (work moved between torch and numpy, say) is inconclusive and decides nothing; fewer '
     'of every count is improved where no work left torch in the baseline, else inconclusive.'
 )
-#: The whole rule, in one paragraph: what the judge applies, the report and the docs quote.
+#: The whole rule, as the report and the docs quote it.
 RULE = (
     "A gated metric is a *regression* when its median is worse than its baseline's by more than its minimum effect "
     f'and a one-sided Mann-Whitney U test of the samples says worse with p < {ALPHA:g}: {RATIO.sentence}, or '
@@ -431,8 +408,8 @@ RULE = (
 
 
 def unlike_baseline(result: Result, baseline: Result, keys: tuple[str, ...]) -> Optional[str]:
-    """Why ``baseline`` cannot be compared with ``result`` (``None``: it can): another workload by ``keys``, or work
-    counted another way (a count is compared only with a count made the same way)."""
+    """Why ``baseline`` cannot be compared with ``result`` (``None``: it can): another workload, or work counted
+    another way."""
     unlike = comparable(result.fingerprint, baseline.fingerprint, keys)
     return unlike or counted_apart(result.work_counting, baseline.work_counting)
 
@@ -463,16 +440,13 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
 
 # --- The pipeline bench's verdicts: what its figures tell, never gated -------------------------------------------
 
-#: The share of a step spent waiting for data above which a run is input-bound (the PyTorch profiler's TensorBoard
-#: plugin advises more dataloader workers above 5%).
+#: The share of a step waiting for data above which a run is input-bound (as the PyTorch profiler advises).
 WAIT_LIMIT = 0.05
-#: Rounds below which no timing verdict is given (the rank test of the gate needs as many: 5).
+#: Rounds below which no timing verdict is given (as many as the gate's rank test needs).
 VERDICT_ROUNDS = 5
-#: Two legs whose figures all lie within this much of x1 are *as fast as* each other: the gate's minimum effect for
-#: like work (:data:`RATIO`). The rounds are read without the lowest and the highest: a shared machine's odd round
-#: (x0.88, x1.18, x1.16 in three of five runs of the test pipeline on one machine) decided the words otherwise.
+#: *As fast as*: within the gate's minimum effect for like work. The extreme rounds are left out: a shared machine's
+#: odd round (x0.88, x1.18) decided the words otherwise.
 AS_FAST_WITHIN = RATIO.min_effect or 0.0
-#: The verdict rule, in the one sentence docs/pipeline.md states.
 VERDICT_RULE = (
     "Each verdict reads the ratio of two legs' median step times (the table's figures) and the same ratio round by "
     f'round, the lowest and the highest round left out: *as fast as* when all of these lie within '
@@ -482,8 +456,6 @@ VERDICT_RULE = (
 
 
 class Told(Word):
-    """What two legs' step times tell (:func:`tell`)."""
-
     AS_FAST = 'as fast as'
     FASTER = 'faster'
     SLOWER = 'slower'
@@ -492,9 +464,7 @@ class Told(Word):
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """Two legs compared by :func:`tell`: ``factor`` is how many times as fast its ``fast`` leg is as its ``slow`` one
-    (the ratio of their median step times: the table's figures), ``per_round`` the same ratio round by round, sorted,
-    and ``told`` what :data:`VERDICT_RULE` makes of them."""
+    """``factor``: how many times as fast the fast leg is (median step times), ``per_round`` sorted."""
 
     told: Told
     factor: float
@@ -502,12 +472,10 @@ class Comparison:
 
     @property
     def middle(self) -> tuple[float, float]:
-        """The lowest and the highest per-round ratio once the lowest and the highest round are left out."""
         inner = self.per_round[1:-1] if len(self.per_round) > 2 else self.per_round
         return inner[0], inner[-1]
 
     def rounds(self, slower: bool = False) -> str:
-        """The per-round ratios the verdict read, and the two it left out (as slowdowns: ``slower``)."""
         (low, high), (lowest, highest) = self.middle, (self.per_round[0], self.per_round[-1])
         if slower:
             low, high, lowest, highest = 1 / high, 1 / low, 1 / highest, 1 / lowest
@@ -515,7 +483,7 @@ class Comparison:
 
 
 def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
-    """:data:`VERDICT_RULE` applied to how many times as fast ``fast`` is as ``slow`` (``None``: a leg not timed)."""
+    """:data:`VERDICT_RULE` on how many times as fast ``fast`` is as ``slow`` (``None``: a leg not timed)."""
     a, b = result.step_ms(slow), result.step_ms(fast)
     if not a or not b:
         return None
@@ -532,7 +500,6 @@ def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
 
 
 def _words(compared: Comparison, other: str) -> str:
-    """A comparison with ``other`` in words (never *cannot tell*: see :func:`verdicts`), with the figures it read."""
     factor = compared.factor
     if compared.told is Told.AS_FAST:
         return f'as fast as {other} (x{factor:.2f}; {compared.rounds()})'
@@ -542,8 +509,7 @@ def _words(compared: Comparison, other: str) -> str:
 
 
 def partly_counted(result: PipelineResult) -> list[str]:
-    """The transform named where its work left torch in a leg (numpy, Python lists): the counts see the elements that
-    leave (a count per route, gated like the others), not the work done with them."""
+    """The transform named where its work left torch (numpy, Python lists): not fully counted."""
     legs = [name for name, measured in result.legs.items() if measured.work is not None and measured.work.outside]
     if not legs:
         return []
@@ -557,8 +523,7 @@ def partly_counted(result: PipelineResult) -> list[str]:
 
 
 def verdicts(result: PipelineResult) -> list[str]:
-    """The shim's factor on this release, stage batch against microbatch, and whether the run is input-bound: each by
-    :data:`VERDICT_RULE` (:func:`tell`), with the figures it read, and why where it cannot tell."""
+    """The shim's factor, stage batch against microbatch, input-bound or not: each by :data:`VERDICT_RULE`."""
     out, legs = [], result.legs
     unpatched, shim, mb = legs['unpatched'], legs['shim-batch'], legs['shim-microbatch']
     if not unpatched.available:

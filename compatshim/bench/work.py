@@ -1,8 +1,6 @@
-"""A transform's work, counted rather than timed (docs/pipeline.md, "Work per call"): the torch ops it dispatches, the
-bytes they write by dtype, their FLOPs, and the elements that leave torch by each route (:class:`Work`).
-:class:`WorkCounter` runs each call once more, untimed, under a ``TorchDispatchMode`` on a plain copy of the batch
-with every random generator put back (a view writes nothing, an in-place op its output). :class:`Work` imports
-nothing heavy.
+"""A transform's work, counted rather than timed (docs/pipeline.md, "Work per call"): :class:`WorkCounter` runs each
+call once more under a ``TorchDispatchMode``, on a plain copy of the batch, every random generator put back.
+:class:`Work` imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -24,17 +22,15 @@ if TYPE_CHECKING:
 
 __all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'generators_kept', 'held_by']
 
-#: How work is counted; results carry it (``work_counting``), and counts are compared only with counts made alike. 1:
-#: before results said it; 2: every leg's check steps start from one state, the generators a transform holds are put
-#: back, the elements that leave torch are counted (issue 46: one transform's counts moved, 19.5 -> 20 ops).
+#: How work is counted: counts compare only with counts made alike. 2: every leg from one random state, the
+#: generators a transform holds put back, the elements that leave torch counted.
 COUNTING = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """What a transform did per call, averaged over the ``calls`` counted (seeded steps: the same code, the same
-    figures): torch ops, bytes written by dtype, FLOPs (matmuls, convolutions), and ``outside``, the elements per call
-    that left torch or came into it by route (``Tensor.tolist``, ``torch.from_numpy``...; empty: fully counted)."""
+    """What a transform did per call over the ``calls`` counted: torch ops, bytes written by dtype, FLOPs, and
+    ``outside``, the elements that left torch or came in by route (``Tensor.tolist``...; empty: fully counted)."""
 
     calls: int
     ops: float
@@ -44,7 +40,6 @@ class Work:
 
     @property
     def fully_counted(self) -> bool:
-        """Whether all of the work went through torch's dispatcher (no data left torch or came in from numpy)."""
         return not self.outside
 
     def outside_text(self) -> str:
@@ -53,13 +48,11 @@ class Work:
         return f'{routes} elements per call' if routes else ''
 
     def counts(self) -> dict[str, float]:
-        """Every count per call, each gated alike: ops, bytes, FLOPs, and per route the elements leaving torch."""
         routes = {f'{route} elements': n for route, n in sorted(self.outside.items())}
         return {'ops': self.ops, 'bytes': self.bytes, 'flops': self.flops, **routes}
 
     @property
     def bytes(self) -> float:
-        """Bytes written per call, every dtype."""
         return float(sum(self.bytes_by_dtype.values()))
 
     def to_json(self) -> dict[str, Any]:
@@ -69,7 +62,7 @@ class Work:
             'bytes_by_dtype': dict(self.bytes_by_dtype),
             'flops': self.flops,
         }
-        return {**counted, 'outside': dict(self.outside)} if self.outside else counted  # outside: optional, added later
+        return {**counted, 'outside': dict(self.outside)} if self.outside else counted
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Work:
@@ -85,9 +78,8 @@ class Work:
 
 
 def held_by(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
-    """The generators ``transform`` holds (torch's, ``random.Random``, numpy's) with their states now: in what it
-    reaches (:func:`_inside`) ``depth`` levels deep, and at the top of the modules defining what it reaches (a
-    module-level ``RNG = numpy.random.default_rng(0)``), so that the real call draws what the counted one drew."""
+    """The generators ``transform`` holds with their states: in what it reaches ``depth`` levels deep, and at the top
+    of the modules defining it (``RNG = numpy.random.default_rng(0)``): the real call draws what the counted one did."""
     import torch
 
     held: list[tuple[Any, Any]] = []
@@ -129,7 +121,7 @@ def held_by(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
 
     visit(transform, depth)
     known = {id(g) for g, _ in held}
-    for namespace in list(modules.values()):  # module-level generators: the module's own names, one level
+    for namespace in list(modules.values()):
         for value in list(namespace.values()):
             found = None if isinstance(value, (type, types.ModuleType)) else generator(value)
             if found is not None and id(found[0]) not in known:
@@ -139,8 +131,8 @@ def held_by(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
 
 
 def _inside(value: Any) -> list[Any]:
-    """What may hold a generator in ``value``: items, attributes, a partial's function and arguments, a bound
-    method's object and function, what a decorator wraps (``__wrapped__``), a closure's cells."""
+    """What may hold a generator in ``value``: items, attributes, a partial's parts, a method's object and function,
+    what a decorator wraps, a closure's cells."""
     if isinstance(value, (list, tuple, set, frozenset)):
         return list(value)
     if isinstance(value, dict):
@@ -173,8 +165,7 @@ def _filled(cell: Any) -> bool:
 
 
 def _plain_copy(leaf: Any) -> Any:
-    """A leaf of the batch the counted call may change freely: a plain tensor's copy, a deep copy of an object that may
-    hold tensors, anything else as it is."""
+    """A leaf of the batch the counted call may change: a plain tensor's copy, an object's deep copy."""
     import torch
 
     if isinstance(leaf, torch.Tensor):
@@ -198,7 +189,7 @@ def _put_back(generator: Any, state: Any) -> None:
 
 
 def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
-    """torch's random generators on the host, every cuda device and mps where present, each with what puts it back."""
+    """torch's generators on the host, every cuda device and mps, each with what puts it back."""
     import torch
 
     states: list[tuple[str, Callable[[Any], None], Any]] = [('cpu', torch.set_rng_state, torch.get_rng_state())]
@@ -211,8 +202,7 @@ def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
 
 
 class Generators:
-    """Every random generator's state now, to put back as often as asked: Python's, numpy's global one, torch's on every
-    device, and the ``(generator, state)`` pairs of ``held`` (:func:`held_by`)."""
+    """Every random generator's state now, to put back as often as asked, and the pairs of ``held``."""
 
     def __init__(self, held: Sequence[tuple[Any, Any]] = ()) -> None:
         numpy = sys.modules.get('numpy')
@@ -223,7 +213,6 @@ class Generators:
 
     @property
     def devices(self) -> list[str]:
-        """The devices whose torch generators are kept (``cpu`` always; ``cuda``, ``mps`` where present)."""
         return [device for device, _, _ in self.torch]
 
     def put_back(self) -> None:
@@ -238,7 +227,7 @@ class Generators:
 
 @contextlib.contextmanager
 def generators_kept(held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
-    """Every random generator (:class:`Generators`) as it was before the block, whatever it drew."""
+    """Every random generator as it was before the block, whatever it drew."""
     kept = Generators(held)
     try:
         yield
@@ -255,8 +244,7 @@ def _storage(tensor: torch.Tensor) -> Optional[int]:
 
 @functools.cache
 def _dispatch_counter() -> type:
-    """A ``TorchDispatchMode`` counting every op and the bytes its outputs write (made when first asked: no torch
-    at import)."""
+    """A ``TorchDispatchMode`` counting every op and the bytes its outputs write (a view: none)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -292,8 +280,8 @@ EXPORTS = ('numpy', 'tolist', '__array__')
 
 @functools.cache
 def _crossing_watch() -> type:
-    """A ``TorchFunctionMode`` counting the elements that leave torch (:data:`EXPORTS`) or come in as numpy arrays, by
-    route, single elements (``.item()``) excepted; ``depth`` is non-zero while it runs a torch function."""
+    """A ``TorchFunctionMode`` counting by route the elements that leave torch (:data:`EXPORTS`) or come in as numpy
+    arrays, single ones excepted; ``depth``: non-zero inside a torch function."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -325,8 +313,7 @@ def _crossing_watch() -> type:
 
 
 class WorkCounter:
-    """A transform wrapper that counts the work of every call (:meth:`work`: per call); a transform torch cannot count
-    is reported (``failed``), never fatal."""
+    """A transform wrapper counting the work of every call; one torch cannot count is reported (``failed``)."""
 
     def __init__(self, transform: Callable[[Any], Any]) -> None:
         self.transform = transform
@@ -346,8 +333,8 @@ class WorkCounter:
         return self.transform(batch)
 
     def _count(self, batch: Any) -> None:
-        """One counted call on a plain copy of ``batch`` (a tensor subclass does not mix with a dispatch mode; an
-        in-place transform must not touch the real batch), every generator put back after it for the real call."""
+        """One counted call on a plain copy of ``batch`` (a subclass does not mix with a dispatch mode; an in-place
+        transform must not touch the real batch), every generator put back after it."""
         from torch.utils._pytree import tree_map
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -363,7 +350,6 @@ class WorkCounter:
         self.outside.update(crossings.elements)
 
     def work(self) -> Optional[Work]:
-        """The work per call so far (``None``: never called)."""
         if not self.calls:
             return None
         per_call = {dtype: n / self.calls for dtype, n in self.bytes.items() if n}

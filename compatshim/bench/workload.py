@@ -1,11 +1,5 @@
-"""The built-in reference pipelines, plain torch on synthetic data (nothing is downloaded), as the engine measures any
-pipeline (:func:`pipeline`):
-
-* ``augment``: float32 images and a heavy, batch-coherent augmentation (:class:`Augment`): what running the transform
-  on the device costs or saves. Timed.
-* ``recipe``: the canonical use of ``device_transforms`` (MosaicML's ImageNet ResNet recipe): uint8 NCHW images from a
-  per-sample collate, normalised (mean/std in 0–255 units), cropped and flipped on the device
-  (:class:`RecipeTransform`): what crosses to the device, 1 byte per pixel after the move, 4 before it. Checked.
+"""The built-in reference pipelines (docs/harness.md), plain torch on synthetic data: ``augment`` (:class:`Augment`,
+timed) and ``recipe`` (:class:`RecipeTransform`, MosaicML's ImageNet recipe on uint8 images, checked).
 """
 
 from __future__ import annotations
@@ -29,14 +23,13 @@ IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
 def default_size(device: str) -> str:
-    """The size a device is measured at unless told otherwise: ``cpu`` on the host, ``gpu`` on an accelerator."""
+    """The size a device is measured at unless told otherwise."""
     return 'cpu' if accelerator(device).is_host else 'gpu'
 
 
 def bench_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
-    """``size.steps`` batches of random float images with one-hot labels, each batch one indexing of the in-memory
-    tensors (no per-sample collate: loading costs next to nothing, and Composer's per-``fit`` sampler restore does not
-    grow into the timings)."""
+    """``size.steps`` batches of random float images with one-hot labels, each one indexing of in-memory tensors
+    (loading costs next to nothing)."""
     gen, n = torch.Generator().manual_seed(seed), size.batch * size.steps
     x = torch.rand(n, 3, size.image, size.image, generator=gen)
     y = F.one_hot(torch.randint(0, N_CLASSES, (n,), generator=gen), N_CLASSES).float()
@@ -57,9 +50,8 @@ def recipe_loader(size: Size, seed: int = 0) -> DataLoader[Any]:
 
 
 def bench_model(soft_labels: bool = True) -> Any:
-    """A small CNN as a ComposerModel: a soft-label cross-entropy (mixup makes labels soft), or with ``soft_labels``
-    off a hard-label one (the recipe's, which expects normalised float images: a uint8 batch fails in the first
-    convolution, as a real model would)."""
+    """A small CNN as a ComposerModel: soft-label cross-entropy (mixup), or hard-label (the recipe's: a uint8 batch
+    fails in the first convolution, as a real model would)."""
     from composer.models import ComposerModel
 
     class BenchModel(ComposerModel):
@@ -87,13 +79,11 @@ def bench_model(soft_labels: bool = True) -> Any:
 
 
 def recipe_model() -> Any:
-    """The recipe's model: :func:`bench_model` with hard labels."""
     return bench_model(soft_labels=False)
 
 
 class _Drawn:
-    """A transform drawing its batch-level parameters on the host from its own seeded generator (so every device
-    draws the same ones); ``calls`` counts its calls."""
+    """A transform drawing its batch-level parameters on the host from its own generator; ``calls``: its calls."""
 
     def __init__(self, seed: int = 0) -> None:
         self.gen, self.calls = torch.Generator().manual_seed(seed), 0
@@ -103,8 +93,7 @@ class _Drawn:
 
 
 class Augment(_Drawn):
-    """Batch-level random resized crop → colour jitter → Gaussian blur (kernel ``blur``, odd) → mixup, one draw per
-    call; the pixel work runs wherever the batch is."""
+    """Batch-level random resized crop → colour jitter → Gaussian blur (kernel ``blur``, odd) → mixup."""
 
     def __init__(self, blur: int, seed: int = 0) -> None:
         super().__init__(seed)
@@ -145,8 +134,7 @@ class Augment(_Drawn):
 
 
 class RecipeTransform(_Drawn):
-    """The recipe's device transform: uint8 → float32, normalised, then one random crop (padded by ``image // 8``,
-    back to the same size) and one horizontal flip decision for the whole batch."""
+    """uint8 → float32, normalised, one random crop (padded by ``image // 8``) and one flip for the whole batch."""
 
     def __call__(self, batch: Any) -> Any:
         self.calls += 1
