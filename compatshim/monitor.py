@@ -13,7 +13,6 @@ import functools
 import inspect
 import logging
 import sys
-import types
 import warnings
 from typing import Any, Callable, Optional
 
@@ -33,7 +32,7 @@ from compatshim.observe.slots import Fate, Slot
 from compatshim.observe.steps import Summary, Target, TransformSummary
 from compatshim.observe.watch import unwatch as _unwatch_dataspecs
 from compatshim.observe.watch import watch
-from compatshim.shim import patching
+from compatshim.shim import loops, patching
 from compatshim.shim.notes import spec_name
 from compatshim.shim.registry import STATE
 
@@ -79,23 +78,6 @@ def _drops_the_argument() -> bool:
 
 def _label(state: State) -> str:
     return state.dataloader_label or 'eval'
-
-
-def _running(label: str) -> Optional[Any]:
-    """The DataSpec the trainer on this thread runs for ``train`` (its train DataSpec) or ``predict`` (the one
-    ``predict()`` was given), read from the trainer's frames (``None``: not found there)."""
-    from composer import Trainer
-
-    frame: Optional[types.FrameType] = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get('self') if 'self' in frame.f_code.co_varnames else None
-        if isinstance(owner, Trainer):
-            if label == 'train':
-                return getattr(owner, '_train_data_spec', None)
-            if 'data_spec' in frame.f_code.co_varnames:
-                return frame.f_locals.get('data_spec')
-        frame = frame.f_back
-    return None
 
 
 class TransformMonitor(Callback):
@@ -213,27 +195,21 @@ class TransformMonitor(Callback):
         for label, steps in state.get('steps_in_all', {}).items():
             self._steps.steps_in_all[label] += int(steps)
 
-    def _find(self, state: State, label: str) -> Optional[Any]:
-        """The running DataSpec (one dataloader may feed several): train's and predict's as the trainer holds them;
-        an evaluator's own; else the last noted over the running dataloader. ``None`` where it cannot be seen, or
-        where it was built unseen on a release that drops ``device_transforms`` (what it was given left no trace)."""
-        loader = state.dataloader
-        if label in ('train', 'predict'):
-            spec = _running(label)
-        else:
-            evaluators = reversed(getattr(state, 'evaluators', None) or [])
-            spec = next((e.dataloader for e in evaluators if e.label == label), None)
-        spec = spec if view.over(spec, loader) else view.find(loader)
-        if spec is None or (not view.noted(spec) and _drops_the_argument()):
-            return None
-        return spec
-
     def _watch(self, state: State, label: str) -> Optional[_Watched]:
-        """The running DataSpec, found and tapped once per loop: what it is known to do is said then."""
+        """The running loop's DataSpec (its loop frame names it), found and tapped once per loop: what it is known to
+        do is said then. ``None`` where there is no frame, or where the DataSpec was built unseen on a release that
+        drops ``device_transforms`` (what it was given left no trace)."""
+        frame = loops.current_frame()
+        spec = None if frame is None else frame.spec
         cached = self._current.get(label)
-        if label in self._current and (cached is None or view.over(cached.spec, state.dataloader)):
+        if label in self._current and (cached is None or cached.spec is spec):
             return cached
-        self._current[label] = watched = self._watch_found(self._find(state, label), label)
+        if frame is not None and spec is None:  # predict over a plain dataloader: Composer's bare DataSpec
+            watched = None
+        else:
+            unseen = spec is None or (not view.noted(spec) and _drops_the_argument())
+            watched = self._watch_found(None if unseen else spec, label)
+        self._current[label] = watched
         return watched
 
     def _watch_found(self, spec: Optional[Any], label: str) -> Optional[_Watched]:

@@ -250,34 +250,21 @@ def make_probe(
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
     if not shim.status().stage:
         raise RuntimeError('compatshim bench: a hook probe needs the shim enabled here')
-    # The DataSpec as the trainer reads it at every batch (the reads made from the trainer's module): 0.25-0.26 call
-    # device_transforms, 0.27+ batch_transforms and then microbatch_transforms; and both count and split the batch.
+    # The DataSpec as the trainer reads it at every batch, in a loop frame whose reads and moves are this module's
+    # (the shim serves those as the trainer's): 0.25-0.26 call device_transforms, 0.27+ batch_transforms and then
+    # microbatch_transforms; and both count and split the batch.
     host = 'batch_transforms' not in vars(spec)
-    read, move = _as_the_trainer()
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
-        hooked = read(spec, 'device_transforms' if host else 'batch_transforms')(batch)
+        hooked = getattr(spec, 'device_transforms' if host else 'batch_transforms')(batch)
         for reader in ('get_num_samples_in_batch', 'get_num_tokens_in_batch', 'split_batch'):
-            read(spec, reader)
-        moved = move(device, hooked)
-        return moved if host else read(spec, 'microbatch_transforms')(moved)
+            getattr(spec, reader)
+        moved = device.batch_to_device(hooked)
+        return moved if host else spec.microbatch_transforms(moved)
 
-    return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train'))
-
-
-def _as_the_trainer() -> tuple[Callable[[Any, str], Any], Callable[[Any, Any], Any]]:
-    """``getattr`` and ``device.batch_to_device`` as Composer's trainer calls them: from functions of the module
-    ``composer.trainer.trainer`` (the shim serves that module's reads of a DataSpec's hooks, and its moves in a step),
-    so that the probe pays what a trainer's read and move pay."""
-    namespace: dict[str, Any] = {'__name__': 'composer.trainer.trainer'}
-    code = (
-        'def read(spec, name):\n    return getattr(spec, name)\n'
-        'def move(device, batch):\n    return device.batch_to_device(batch)\n'
-    )
-    exec(code, namespace)  # fixed lines of ours
-    return namespace['read'], namespace['move']
+    return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train', None, spec, reader=__name__))
 
 
 def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:
@@ -293,6 +280,7 @@ def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[]
     parameters = inspect.signature(DataSpec.__init__).parameters
     argument = 'batch_transforms' if 'batch_transforms' in parameters else 'device_transforms'
     spec = DataSpec(loader, **{argument: transform})
+    notes.leave_to_composer(spec)  # sampled while the shim is on for the legs: Composer's own, as a leg without it
     model = ComposerClassifier(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), num_classes=10)
     trainer = Trainer(
         model=model,
@@ -305,11 +293,16 @@ def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[]
     )
     state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
     state.set_dataloader(spec.dataloader, 'train')
-    monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
+
+    def frame() -> Any:  # a train loop over the DataSpec, driven from here
+        return loops.loop_frame(device, 'train', state, spec, reader=__name__)
+
+    with frame():
+        monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
 
     def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the monitor's tap
         for event in events:
             monitor.run_event(event, state, logger)
-        return notes.tapped(spec, argument, getattr(spec, argument))(device.batch_to_device(batch))
+        return getattr(spec, argument)(device.batch_to_device(batch))
 
-    return Probe('monitor', on, path, direct, close=trainer.close)
+    return Probe('monitor', on, path, direct, frame, close=trainer.close)

@@ -1,23 +1,21 @@
 """The monitor's view of a DataSpec: what becomes of each transform it holds (:class:`Fate`, :func:`slots`), the
 transform arguments it was given that Composer dropped (:func:`note`, written by the watch into ``_compatshim_note``,
-a frozenset of strings: a copy or a pickle carries it, and unpickling needs no compatshim), the DataSpecs noted over a
-dataloader, and the taps it puts on a DataSpec's transforms (``STATE.taps``; every transform is called through
-:func:`compatshim.shim.notes.call`, which finds them). Read from the DataSpec each time: nothing here keeps a copy of
-a transform. Imports nothing heavy.
+a frozenset of strings: a copy or a pickle carries it, and unpickling needs no compatshim), and the taps it puts on a
+DataSpec's transforms (``STATE.taps``; every transform is called through :func:`compatshim.shim.notes.call`, which
+finds them). Read from the DataSpec each time: nothing here keeps a copy of a transform. Imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import weakref
 from typing import Any, Optional
 
 from compatshim.config.support import Family, family_of, installed
-from compatshim.shim.notes import TRANSFORM_NAMES, holds, left_to_composer, own, stage_of
+from compatshim.shim.notes import TRANSFORM_NAMES, holds, own, stage_of
 from compatshim.shim.registry import STATE
 
-__all__ = ['NOTE_ATTRIBUTE', 'Fate', 'Slot', 'find', 'note', 'noted', 'over', 'slots', 'tap', 'untap']
+__all__ = ['NOTE_ATTRIBUTE', 'Fate', 'Slot', 'note', 'noted', 'slots', 'tap', 'untap']
 
 #: Where the watch writes the names of the transform arguments a DataSpec was given and Composer dropped.
 NOTE_ATTRIBUTE = '_compatshim_note'
@@ -48,40 +46,17 @@ class Slot:
 
 
 def note(spec: Any, given: frozenset[str]) -> None:
-    """Write down which of the transform arguments ``spec`` was ``given`` it does not hold (Composer dropped them),
-    and that it is over its dataloader."""
+    """Write down which of the transform arguments ``spec`` was ``given`` it does not hold (Composer dropped them)."""
     if not hasattr(spec, '__dict__'):
         return
     held = own(spec)  # read without calling anything of the user's: a property's getter is not run
     dropped = (name for name in given if name not in held and not any(name in vars(c) for c in type(spec).__mro__))
     held[NOTE_ATTRIBUTE] = frozenset(dropped)
-    loader = getattr(spec, 'dataloader', None)
-    if loader is not None:
-        with STATE.lock:  # train, eval and predict may share a dataloader, each with its own DataSpec
-            kept = [ref for ref in STATE.over.get(id(loader), []) if over(ref(), loader) and ref() is not spec]
-            STATE.over[id(loader)] = [*kept[-7:], weakref.ref(spec)]
-            if len(STATE.over) > 64:  # drop what is gone
-                for stale in [key for key, refs in STATE.over.items() if all(ref() is None for ref in refs)]:
-                    del STATE.over[stale]
-
-
-def over(spec: Any, loader: Any) -> bool:
-    """Whether ``spec`` is a DataSpec (alive) over ``loader``."""
-    return spec is not None and getattr(spec, 'dataloader', None) is loader
 
 
 def noted(spec: Any) -> bool:
     """Whether ``spec`` was noted when it was built (by the watch)."""
     return isinstance(vars(spec).get(NOTE_ATTRIBUTE) if hasattr(spec, '__dict__') else None, frozenset)
-
-
-def find(loader: Any) -> Optional[Any]:
-    """The DataSpec last noted over ``loader`` (``None``: none, or it is gone)."""
-    for ref in reversed(STATE.over.get(id(loader), [])):
-        spec = ref()
-        if over(spec, loader):
-            return spec
-    return None
 
 
 def slots(spec: Any) -> list[Slot]:
@@ -90,7 +65,7 @@ def slots(spec: Any) -> list[Slot]:
     given = own(spec).get(NOTE_ATTRIBUTE) or frozenset()
     version = installed('mosaicml')
     family = None if version is None else family_of(version)
-    placed = STATE.active and not left_to_composer(spec)
+    stage = stage_of(spec)
     found = []
     for name in TRANSFORM_NAMES:
         value = getattr(spec, name, None)
@@ -98,8 +73,8 @@ def slots(spec: Any) -> list[Slot]:
         if name != 'device_transforms':
             if held:
                 found.append(Slot(name, Fate.CALLED, name.partition('_')[0]))
-        elif held and placed:
-            found.append(Slot(name, Fate.PLACED, stage_of(spec)))
+        elif held and stage is not None:
+            found.append(Slot(name, Fate.PLACED, stage))
         elif held and family in (None, Family.HOST):  # up to 0.24 after the move; 0.25–0.26 before it
             found.append(Slot(name, Fate.CALLED if family is None else Fate.ON_HOST, 'batch'))
         elif held or (name in given and not hasattr(spec, name)):  # 0.27+: nothing calls it, or Composer dropped it

@@ -1,4 +1,4 @@
-"""The monitor's watch: two observe-only patches of ``DataSpec``, in a patch set of their own.
+"""The monitor's watch: observe-only patches of ``DataSpec`` and of the Trainer's loops, in a patch set of their own.
 
 * ``__init__``: after Composer (and the shim, if it is on) built the DataSpec, it writes down which transform
   arguments the DataSpec was given (:func:`compatshim.observe.slots.note`), so that the monitor can tell a transform
@@ -7,6 +7,8 @@
   taps, gets the transform called through its tap (:func:`compatshim.shim.notes.tapped`). Every other read — the
   user's own above all — gets what Python gives: the monitor never changes what ``spec.device_transforms`` reads. (With
   the shim on, the shim's hooks call every transform through the taps themselves.)
+* the Trainer's train, eval and predict loops: each opens a loop frame naming its DataSpec
+  (:func:`compatshim.shim.loops.instrument`, as the shim's patches do), where the monitor finds the running DataSpec.
 
 It changes no argument and no attribute of Composer's. Its patch set (:data:`WATCH`, ``STATE.watch``) is its own, as
 an OpenTelemetry instrumentor's are: ``compatshim.disable()`` leaves it alone (the monitor is how you see that the
@@ -20,13 +22,13 @@ import inspect
 from typing import Any, Callable
 
 from compatshim.observe.slots import note
-from compatshim.shim import notes, patching
+from compatshim.shim import loops, notes, patching
 from compatshim.shim.data_spec import given
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
-#: The watch's patches (``DataSpec.__init__``, ``DataSpec.__getattribute__``), kept in the process state.
+#: The watch's patches (``DataSpec.__init__`` and ``__getattribute__``, the loops), kept in the process state.
 WATCH = STATE.watch
 _NAMES = frozenset(notes.TRANSFORM_NAMES)
 
@@ -48,7 +50,7 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) ->
 
     def __getattribute__(self: Any, name: str) -> Any:
         value = record.original(self, name)
-        if name in _NAMES and STATE.stage is None and record.active and notes.by_trainer():
+        if name in _NAMES and STATE.stage is None and record.active and loops.by_loop():
             return notes.tapped(self, name, value)
         return value
 
@@ -56,13 +58,16 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) ->
 
 
 def watch() -> None:
-    """Note every ``DataSpec`` built from now on, and tap the trainer's reads (idempotent). Imports Composer."""
+    """Note every ``DataSpec`` built from now on, tap the trainer's reads and frame its loops (idempotent). Imports
+    Composer."""
     from composer.core.data_spec import DataSpec
+    from composer.trainer.trainer import Trainer
 
     with STATE.lock:
         if (DataSpec, '__init__') not in WATCH:
             WATCH.patch(DataSpec, '__init__', _make_init)
             WATCH.patch(DataSpec, '__getattribute__', _make_lookup)
+            loops.instrument(Trainer, WATCH)
 
 
 def unwatch() -> None:

@@ -135,7 +135,7 @@ def _instrument(family: Optional[Family], version: str) -> Family:
     from composer.core.data_spec import DataSpec
     from composer.trainer.trainer import Trainer
 
-    from compatshim.shim import data_spec, trainer
+    from compatshim.shim import data_spec, loops
     from compatshim.shim.shape import check_shape, detect_family
 
     if family is None:
@@ -143,7 +143,7 @@ def _instrument(family: Optional[Family], version: str) -> Family:
     check_shape(family, DataSpec, Trainer, version)
     try:
         data_spec.instrument(DataSpec, family)
-        trainer.instrument(Trainer)
+        loops.instrument(Trainer, STATE.patches)
     except BaseException:
         STATE.patches.restore_all()
         raise

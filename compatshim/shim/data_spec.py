@@ -22,6 +22,7 @@ from compatshim.config.support import HOOKS, Family
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
+from compatshim.shim.loops import by_loop
 from compatshim.shim.registry import STATE
 
 __all__ = ['INIT_TARGET', 'LOOKUP_TARGET', 'for_trainer', 'given', 'instrument']
@@ -32,9 +33,7 @@ LOOKUP_TARGET = 'composer.core.data_spec.DataSpec.__getattribute__'
 
 
 def _take_device_transforms(
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """Remove ``device_transforms`` from a call, whether passed by keyword or (0.27–0.28) by position.
 
@@ -62,14 +61,9 @@ def given(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str,
 
 #: 0.24.1's ``DataSpec`` parameters, in order: what a positional argument meant to code written for it.
 REFERENCE_PARAMETERS = (
-    'dataloader',
-    'num_samples',
-    'num_tokens',
-    'device_transforms',
-    'split_batch',
-    'get_num_samples_in_batch',
+    'dataloader', 'num_samples', 'num_tokens', 'device_transforms', 'split_batch', 'get_num_samples_in_batch',
     'get_num_tokens_in_batch',
-)
+)  # fmt: skip
 
 
 def _by_position(
@@ -154,7 +148,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
     """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
     resolves to."""
-    if notes.left_to_composer(spec):  # the monitor's taps only
+    if notes.stage_of(spec) is None:  # left to Composer: the monitor's taps only
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
         return BatchHook(spec, None, value)
@@ -183,10 +177,10 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, fa
         try:
             value = record.original(self, name)
         except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base ``__init__``
-            if not notes.by_trainer():
+            if not by_loop():
                 raise
             return for_trainer(self, name, _fallback(self, name))
-        return for_trainer(self, name, value) if notes.by_trainer() else value
+        return for_trainer(self, name, value) if by_loop() else value
 
     return __getattribute__
 

@@ -1,12 +1,8 @@
 """What Composer's trainer gets, with the shim on, when it reads a DataSpec's transform hook: a small callable bound
-to that DataSpec that runs the user's ``device_transforms`` on the device, at the DataSpec's stage.
-
-The hooks hold no copy of the transform: they are made at the trainer's read (once per batch, or per microbatch),
-from what ``spec.device_transforms`` resolves to then — an instance attribute, a subclass's method, a property —
-exactly as 0.24.1's trainer read it at every batch. :class:`BatchHook` stands for the batch-level hook
-(``device_transforms`` on 0.25–0.26, ``batch_transforms`` on 0.27+), :class:`MicrobatchHook` for the microbatch-level
-one (``microbatch_transforms``, 0.27+). Every transform they run is called through the DataSpec's taps
-(:func:`compatshim.shim.notes.call`).
+to that DataSpec that runs the user's ``device_transforms`` on the device, at the DataSpec's stage. The hooks hold no
+copy of the transform: they are made at the trainer's read, from what ``spec.device_transforms`` resolves to then (an
+instance attribute, a subclass's method, a property), as 0.24.1's trainer read it at every batch. Every transform
+they run is called through the DataSpec's taps (:func:`compatshim.shim.notes.call`).
 """
 
 from __future__ import annotations
@@ -14,11 +10,11 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from compatshim.config.support import Family
-from compatshim.shim import loops, notes
+from compatshim.shim import loops
 from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
 from compatshim.shim.registry import STATE
 
-__all__ = ['BatchHook', 'MicrobatchHook', 'add_note', 'device_transforms_of', 'note_reshaped']
+__all__ = ['BatchHook', 'MicrobatchHook', 'device_transforms_of']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
@@ -112,50 +108,3 @@ class MicrobatchHook(TapsInside):
 
     def __repr__(self) -> str:
         return f'MicrobatchHook({spec_name(self.spec)}, native={self.native!r})'
-
-
-#: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by a part of their code's name.
-_READERS = (
-    ('split', 'split_batch'),
-    ('num_samples', 'get_num_samples_in_batch'),
-    ('tokens', 'get_num_tokens_in_batch'),
-)
-
-
-def _reader(exc: BaseException) -> Optional[str]:
-    """Which of Composer's readers of a batch the trainer called when ``exc`` was raised (``None``: not one)."""
-    called, tb = None, exc.__traceback__
-    while tb is not None:
-        module = tb.tb_frame.f_globals.get('__name__', '')
-        if module == notes.TRAINER_MODULE:
-            called = ''
-        elif called == '':
-            name = tb.tb_frame.f_code.co_name
-            found = next((reader for part, reader in _READERS if part in name), None)
-            called = found if module == 'composer.core.data_spec' and found else None
-        tb = tb.tb_next
-    return called or None
-
-
-def note_reshaped(frame: loops.LoopFrame, exc: BaseException) -> None:
-    """Add a note to ``exc`` where it was raised by one of Composer's readers of a batch (``split_batch``, the sample
-    and token counts) in a step whose transform, at stage batch, returned another structure: the note names the
-    transform, the DataSpec and both structures. The exception's type and message are never changed."""
-    reader = _reader(exc) if frame.reshaped is not None else None
-    if reader is None:
-        return
-    transform, before, after, spec = frame.reshaped  # type: ignore[misc]
-    add_note(
-        exc,
-        f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: a {after} for a batch '
-        f'that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the DataSpec a '
-        f'{reader} of your own.',
-    )
-
-
-def add_note(exc: BaseException, text: str) -> None:
-    """PEP 678's ``exc.add_note(text)``; on Python < 3.11, where tracebacks do not show them, ``__notes__`` alone."""
-    if hasattr(exc, 'add_note'):
-        exc.add_note(text)
-    else:
-        exc.__notes__ = [*getattr(exc, '__notes__', ()), text]  # type: ignore[attr-defined]

@@ -1,26 +1,30 @@
-"""Which Composer loop is running on this thread, on which device, and what the shim did in its current step.
+"""Which Composer loop is running on this thread: its DataSpec, device and state, and what the shim did in its step.
 
 The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
-trainer's own ``Device`` and ``State``. The loop patches (:mod:`compatshim.shim.trainer`) push a frame for each train,
-eval or predict loop (eval inside ``fit`` nests), and the hooks read the innermost one. While a frame needs it, the
-trainer's device's ``batch_to_device`` is interposed (on that ``Device`` instance only): after the shim moved a step's
-batch at stage batch, the loop's later moves in that step leave the batch as the transform returned it (0.24.1 split
-the moved batch and never moved it again); on 0.25–0.26 at stage microbatch, each move is followed by the transform.
+trainer's own ``Device`` and ``State``. The patches of the Trainer's train, eval and predict loops (the shim's, and the
+monitor's watch while the shim is off) push a frame for each loop (eval inside ``fit`` nests) naming the DataSpec it
+runs; the hooks and the monitor read the innermost one. While a frame needs it, the trainer's device's
+``batch_to_device`` is interposed (on that ``Device`` instance only): after the shim moved a step's batch at stage
+batch, the loop's later moves in that step leave the batch as the transform returned it (0.24.1 split the moved batch
+and never moved it again); on 0.25–0.26 at stage microbatch, each move is followed by the transform.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, Callable, Optional
 
 from compatshim.shim import patching
-from compatshim.shim.notes import by_trainer, kind, spec_name, transform_name
+from compatshim.shim.notes import TRAINER_MODULE, kind, spec_name, transform_name
 from compatshim.shim.registry import STATE
 
-__all__ = ['LoopFrame', 'current_frame', 'loop_frame']
+__all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame']
 
 Batch = Any
 
@@ -29,11 +33,16 @@ _local = threading.local()
 
 @dataclasses.dataclass(eq=False)
 class LoopFrame:
-    """One running loop: the trainer's device and state, the mode, and what the shim did in the current step."""
+    """One running loop: the trainer's device and state, the mode, the DataSpec it runs, the module whose reads and
+    moves are the loop's own, and what the shim did in the current step."""
 
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
     state: Any = None
+    #: The DataSpec this loop runs (``None``: predict over a plain dataloader, whose DataSpec Composer builds bare).
+    spec: Any = None
+    #: The module whose reads of a DataSpec's hooks, and whose moves, are this loop's (:func:`by_loop`).
+    reader: str = TRAINER_MODULE
     #: 0.25–0.26, stage microbatch: the transform run after each move by this frame's device.
     armed: Optional[Callable[[Batch], Batch]] = None
     #: Stage batch: the shim moved this step's batch; the loop's later moves in the step leave it as it is.
@@ -55,6 +64,23 @@ class LoopFrame:
         self._interpose()
         if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
             self.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
+
+    def note_error(self, exc: BaseException) -> None:
+        """A note on ``exc`` where Composer's reader of a batch raised it in a step whose transform, at stage batch,
+        returned another structure (the exception's type and message are never changed)."""
+        reader = _reader(exc) if self.reshaped is not None else None
+        if reader is None:
+            return
+        transform, before, after, spec = self.reshaped  # type: ignore[misc]
+        text = (
+            f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: a {after} for a batch '
+            f'that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the DataSpec '
+            f'a {reader} of your own.'
+        )
+        if hasattr(exc, 'add_note'):
+            exc.add_note(text)
+        else:  # Python < 3.11, where tracebacks do not show them: ``__notes__`` alone
+            exc.__notes__ = [*getattr(exc, '__notes__', ()), text]  # type: ignore[attr-defined]
 
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
@@ -84,6 +110,29 @@ class LoopFrame:
                     interposer.swapped.undo()
 
 
+#: Composer's own readers of a batch (functions of ``composer.core.data_spec``), by a part of their code's name.
+_READERS = (
+    ('split', 'split_batch'),
+    ('num_samples', 'get_num_samples_in_batch'),
+    ('tokens', 'get_num_tokens_in_batch'),
+)
+
+
+def _reader(exc: BaseException) -> Optional[str]:
+    """Which of Composer's readers of a batch the trainer called when ``exc`` was raised (``None``: not one)."""
+    called, tb = None, exc.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get('__name__', '')
+        if module == TRAINER_MODULE:
+            called = ''
+        elif called == '':
+            name = tb.tb_frame.f_code.co_name
+            found = next((reader for part, reader in _READERS if part in name), None)
+            called = found if module == 'composer.core.data_spec' and found else None
+        tb = tb.tb_next
+    return called or None
+
+
 class _Interposer:
     """Stands in for ``device.batch_to_device`` while frames need it. In the innermost frame of this device, the
     trainer's own moves: after the shim's move of the step, the batch as it is; armed, the move, then the transform.
@@ -99,10 +148,10 @@ class _Interposer:
         frame = current_frame()
         if frame is None or frame.device is not self.device:
             return self.move(batch)
-        if frame.passed and by_trainer():
+        if frame.passed and by_loop():
             return batch
         moved = self.move(batch)
-        return moved if frame.armed is None or not by_trainer() else frame.armed(moved)
+        return moved if frame.armed is None or not by_loop() else frame.armed(moved)
 
 
 def _stack() -> list[LoopFrame]:
@@ -118,10 +167,30 @@ def current_frame() -> Optional[LoopFrame]:
     return stack[-1] if stack else None
 
 
+def by_loop() -> bool:
+    """Whether the attribute read (or the move) being served is the running loop's own: the first caller past
+    compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the loop's
+    reader module (Composer's trainer; outside any loop too)."""
+    stack = _stack()
+    reader = stack[-1].reader if stack else TRAINER_MODULE
+    frame: Optional[FrameType] = sys._getframe(2)
+    while frame is not None:
+        name: str = frame.f_globals.get('__name__', '')
+        if name == reader:
+            return True
+        if not name.startswith('compatshim.') and frame.f_code.co_name != '__getattribute__':
+            return False
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
-def loop_frame(device: Any, mode: str, state: Any = None) -> Iterator[LoopFrame]:
-    """Open a frame for one trainer loop; it closes (and restores its device) however the loop ends."""
-    frame = LoopFrame(device, mode, state)
+def loop_frame(
+    device: Any, mode: str, state: Any = None, spec: Any = None, reader: str = TRAINER_MODULE
+) -> Iterator[LoopFrame]:
+    """Open a frame for one loop over ``spec``; it closes (and restores its device) however the loop ends. ``reader``:
+    the module that drives the loop (the bench's probe names its own)."""
+    frame = LoopFrame(device, mode, state, spec, reader)
     stack = _stack()
     stack.append(frame)
     try:
@@ -129,3 +198,42 @@ def loop_frame(device: Any, mode: str, state: Any = None) -> Iterator[LoopFrame]
     finally:
         stack.remove(frame)
         frame.close()
+
+
+#: Trainer method → the mode its frame records.
+LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict': 'predict'}
+#: What the shim patches here.
+TARGETS = tuple(f'composer.trainer.trainer.Trainer.{name}' for name in LOOPS)
+
+
+def _spec_of(trainer: Any, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The DataSpec a loop runs: the trainer's train DataSpec, the evaluator's, or the one ``predict()`` was given."""
+    if mode == 'train':
+        return getattr(trainer, '_train_data_spec', None)
+    given = args[0] if args else kwargs.get('evaluator' if mode == 'eval' else 'dataloader')
+    spec = getattr(given, 'dataloader', None) if mode == 'eval' else given
+    data_spec = getattr(sys.modules.get('composer.core.data_spec'), 'DataSpec', None)
+    return spec if data_spec is not None and isinstance(spec, data_spec) else None
+
+
+def _make_loop(original: Callable[..., Any], record: patching.Patch, mode: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not record.active:
+            return record.original(self, *args, **kwargs)
+        state = self.state
+        with loop_frame(state.device, mode, state, _spec_of(self, mode, args, kwargs)) as frame:
+            try:
+                return record.original(self, *args, **kwargs)
+            except Exception as exc:
+                frame.note_error(exc)
+                raise
+
+    return loop
+
+
+def instrument(trainer_cls: type, patches: patching.PatchSet) -> None:
+    """Wrap each loop of ``trainer_cls`` in a loop frame, in ``patches`` (the shim's, or the monitor's watch)."""
+    for name, mode in LOOPS.items():
+        if (trainer_cls, name) not in patches and hasattr(trainer_cls, name):
+            patches.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode))

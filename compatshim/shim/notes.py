@@ -1,5 +1,5 @@
 """What the shim's core knows of a DataSpec and its transforms: how messages name them, what counts as no transform,
-a DataSpec's own stage, whether a read (or a move) is the trainer's, and the one way every transform is called
+a DataSpec's own stage, and the one way every transform is called
 (:func:`call`, through a DataSpec's taps where the monitor put some: ``STATE.taps``). The monitor's own view of a
 DataSpec (what becomes of each transform, the arguments Composer dropped, the taps it puts on) is
 :mod:`compatshim.observe.slots`. Imports nothing heavy.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import types
-from types import FrameType
 from typing import Any, Callable, Optional
 
 from compatshim.shim.registry import STATE
@@ -22,11 +21,9 @@ __all__ = [
     'call',
     'is_default',
     'kind',
-    'left_to_composer',
     'leave_to_composer',
     'holds',
     'own',
-    'by_trainer',
     'spec_name',
     'stage_of',
     'tapped',
@@ -99,22 +96,13 @@ def own(spec: Any) -> dict[str, Any]:
 
 
 def stage_of(spec: Any) -> Optional[str]:
-    """The stage ``spec``'s ``device_transforms`` runs at: its own ``data_transfer_stage``, else the shim's."""
+    """The stage the shim runs ``spec``'s ``device_transforms`` at (its own ``data_transfer_stage``, else the
+    shim's); ``None`` where the shim does not run it: the shim is off, or ``spec`` is left to Composer. The one answer
+    to "is the shim on for this DataSpec"."""
+    if STATE.stage is None:
+        return None
     stage: Optional[str] = own(spec).get(STAGE_ATTRIBUTE)
-    return stage or STATE.stage
-
-
-def by_trainer() -> bool:
-    """Whether the attribute read (or the call) being served is Composer's trainer's: the first caller past
-    compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the trainer's
-    module."""
-    frame: Optional[FrameType] = sys._getframe(2)
-    while frame is not None:
-        name: str = frame.f_globals.get('__name__', '')
-        if not name.startswith('compatshim.') and frame.f_code.co_name != '__getattribute__':
-            return name == TRAINER_MODULE
-        frame = frame.f_back
-    return False
+    return None if stage == COMPOSERS else stage or STATE.stage
 
 
 #: A DataSpec's own stage that makes the shim leave it to Composer (the bench's legs without the shim).
@@ -124,11 +112,6 @@ COMPOSERS = 'composer'
 def leave_to_composer(spec: Any) -> None:
     """Make the shim leave ``spec`` alone: Composer runs its transforms as it would without the shim."""
     own(spec)[STAGE_ATTRIBUTE] = COMPOSERS
-
-
-def left_to_composer(spec: Any) -> bool:
-    """Whether the shim leaves ``spec`` to Composer (:func:`leave_to_composer`)."""
-    return own(spec).get(STAGE_ATTRIBUTE) == COMPOSERS
 
 
 def call(spec: Any, name: str, transform: Callable[[Any], Any], batch: Any) -> Any:

@@ -1,5 +1,6 @@
 """Everything compatshim keeps about this process, in one object (:data:`STATE`), after gevent's ``monkey._state`` and
-OpenTelemetry's ``BaseInstrumentor``: the shim's switch and patches, and the monitor's taps, index and patch sets."""
+OpenTelemetry's ``BaseInstrumentor``: the shim's switch and patches, and the monitor's taps and patch sets (the
+running loops are each thread's own: :mod:`compatshim.shim.loops`)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,6 @@ class ShimState:
     warned: set[str] = dataclasses.field(default_factory=set)
     #: The monitor's taps, by DataSpec (its id, while a tap holds it), then transform name (written under ``lock``).
     taps: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    #: By dataloader (its id): weak references to the DataSpecs noted over it, newest last (the monitor's index).
-    over: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
     #: The monitor's watch of ``DataSpec`` (observe-only), and its attaching to every ``Trainer``: patch sets of their
     #: own, which ``disable()`` leaves alone.
     watch: PatchSet = dataclasses.field(default_factory=lambda: PatchSet('compatshim.monitor.unwatch()'))

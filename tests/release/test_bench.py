@@ -133,17 +133,19 @@ def test_a_leg_timed_beside_two_partners_reads_each_partners_own_rounds() -> Non
 
 class _Counting:
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls, self.on_host = 0, 0
 
     def __call__(self, batch: Any) -> Any:
         self.calls += 1
+        self.on_host += not getattr(batch[0], '_compatshim_on_accelerator', False)
         return batch
 
 
 @pytest.mark.parametrize('name', PROBES)
 def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> None:
-    """A probe's two paths do the same work but compatshim's plumbing: the transform once per call in each. (On
-    0.25–0.26 at stage microbatch the direct path once moved through the armed trainer device and ran it twice.)"""
+    """A probe's two paths do the same work but compatshim's plumbing: the transform once per call in each, on the
+    device (a hook probe's reads are served as the trainer's). (On 0.25–0.26 at stage microbatch the direct path once
+    moved through the armed trainer device and ran it twice.)"""
     import compatshim
     from compatshim.testing import FakeAcceleratorDevice
 
@@ -156,6 +158,7 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
         compatshim.enable()
         path_s, direct_s = probe.sample()
         assert transform.calls == 2 * probe.calls and path_s > 0 and direct_s > 0
+        assert transform.on_host == 0 or name == 'monitor'  # the monitor's DataSpec is Composer's own
     finally:
         probe.close()
 

@@ -369,3 +369,27 @@ def test_the_state_check_fails_on_planted_state() -> None:
         'LOCK',
         'NAMES',
     ]
+
+
+def dynamic_code(source: str) -> list[str]:
+    """Every ``exec``/``eval``/``compile`` call, and every read of a frame's locals, in ``source``: code the package
+    runs as someone else, or state it finds by searching another function's variables."""
+    return sorted(
+        ast.unparse(node)
+        for node in ast.walk(ast.parse(source))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ('exec', 'eval', 'compile')
+        )
+        or (isinstance(node, ast.Attribute) and node.attr == 'f_locals')
+    )
+
+
+def test_no_exec_and_no_search_of_a_frames_locals() -> None:
+    """The loop frame names its DataSpec (``compatshim.shim.loops``): nobody searches the trainer's variables for it,
+    and the bench drives a loop of its own instead of running code under the trainer's module name."""
+    found = {name: dynamic_code(path.read_text()) for name, path in MODULES.items()}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    planted = "exec(code, {'__name__': 'composer.trainer.trainer'})\nspec = frame.f_locals.get('data_spec')\n"
+    assert dynamic_code(planted) == ["exec(code, {'__name__': 'composer.trainer.trainer'})", 'frame.f_locals']
