@@ -23,24 +23,22 @@ __all__ = ['main']
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from compatshim._bootstrap import child_environment, exec_command
+    from compatshim._bootstrap import child_environment
 
     command = list(args.command)
     if command[:1] == ['--']:
         command = command[1:]
     if not command:
-        print(
+        return _error(
             'compatshim run: no command given; usage: compatshim run [--stage batch|microbatch] '
-            '[--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]',
-            file=sys.stderr,
+            '[--allow-untested] [--monitor[=strict]] -- COMMAND [ARGS...]'
         )
-        return _exits.NOT_DONE
     try:
         env = child_environment(os.environ, args.stage, args.allow_untested, args.monitor)
     except ConfigurationError as exc:
         return _refuse('run', str(exc))
     try:
-        exec_command(command, env)
+        os.execvpe(command[0], command, env)  # replaces this process with the command, looked up on PATH
     except OSError as exc:  # exec never happened: as a shell, 126 for a command that cannot run, 127 for none
         print(f'compatshim run: cannot run {command[0]!r}: {exc.strerror or exc}', file=sys.stderr)
         return _exits.NOT_FOUND if isinstance(exc, FileNotFoundError) else _exits.CANNOT_RUN
@@ -79,12 +77,10 @@ def _pipeline_command(args: argparse.Namespace) -> int:
     """``compatshim bench --pipeline MODULE:CALLABLE``: bad input is one line and exit 2, before anything runs."""
     wrong = _given(args, _REFERENCE_ONLY)
     if wrong:
-        print(
+        return _error(
             f'compatshim bench: --pipeline does not take {", ".join(wrong)} (those are for the reference workload); '
-            'it takes --device, --quick, --steps, --rounds, --json, --save, --compare, --dir',
-            file=sys.stderr,
+            'it takes --device, --quick, --steps, --rounds, --json, --save, --compare, --dir'
         )
-        return _exits.NOT_DONE
     try:
         from compatshim.bench import pipeline
 
@@ -94,12 +90,9 @@ def _pipeline_command(args: argparse.Namespace) -> int:
             args.pipeline, device=args.device, size=size, baselines=baselines, progress=sys.stderr
         )
     except (ValueError, RuntimeError, ImportError) as exc:
-        print(f'compatshim bench: {exc} (nothing was measured)', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _error(f'compatshim bench: {exc} (nothing was measured)')
     print(pipeline.pipeline_text(gated.result, time.perf_counter() - args.started))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(gated.result.to_json(), indent=1) + '\n')
+    _write_json(args.json, gated.result)
     for line in gated.lines:
         print(line)
     return gated.code
@@ -111,11 +104,9 @@ def _bench_command(args: argparse.Namespace) -> int:
     wrong = _given(args, _PIPELINE_ONLY)
     if wrong:
         which = f'{wrong[0]} is' if len(wrong) == 1 else f'{", ".join(wrong)} are'
-        print(f'compatshim bench: {which} for --pipeline MODULE:CALLABLE only (none was given)', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _error(f'compatshim bench: {which} for --pipeline MODULE:CALLABLE only (none was given)')
     if args.baselines and not Path(args.baselines).is_dir():
-        print(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)', file=sys.stderr)
-        return _exits.NOT_DONE
+        return _error(f'compatshim bench: --baselines {args.baselines}: no such directory (nothing measured)')
     try:
         from compatshim.bench import reference
         from compatshim.bench.workload import default_size
@@ -131,11 +122,8 @@ def _bench_command(args: argparse.Namespace) -> int:
             progress=sys.stderr,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
-        print(f'compatshim bench: {exc}', file=sys.stderr)
-        return _exits.NOT_DONE
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result.to_json(), indent=1) + '\n')
+        return _error(f'compatshim bench: {exc}')
+    _write_json(args.out, result)
     from compatshim.bench import report  # what it measured (the judging is compatshim report's)
 
     planted = f', {result.planted_text}' if result.planted else ''
@@ -185,13 +173,11 @@ def _report_command(args: argparse.Namespace) -> int:
     first (exit 2, nothing written); then judge (:mod:`compatshim.bench.gate`), write, record, and print."""
     found, problems = _report_inputs(args)
     if len(problems) == 1:
-        print(f'compatshim report: {problems[0]} (nothing was judged)', file=sys.stderr)
-    elif problems:
-        print(f'compatshim report: nothing was judged; {len(problems)} problems:', file=sys.stderr)
-        for problem in problems:
-            print(f'  - {problem}', file=sys.stderr)
+        return _error(f'compatshim report: {problems[0]} (nothing was judged)')
     if problems:
-        return _exits.NOT_DONE
+        return _error(
+            f'compatshim report: nothing was judged; {len(problems)} problems:\n  - ' + '\n  - '.join(problems)
+        )
     from compatshim.bench import gate, report
 
     judging = gate.judge_all(found, args.baselines, record=args.record, replace=args.replace)
@@ -212,8 +198,19 @@ _NOTHING = {'run': 'run', 'doctor': 'checked', 'bench': 'measured', 'report': 'j
 
 
 def _refuse(command: str, message: str) -> int:
-    print(f'{message} (compatshim {command}: nothing was {_NOTHING[command]})', file=sys.stderr)
+    return _error(f'{message} (compatshim {command}: nothing was {_NOTHING[command]})')
+
+
+def _error(line: str) -> int:
+    """Say why nothing was done, on stderr: exit 2."""
+    print(line, file=sys.stderr)
     return _exits.NOT_DONE
+
+
+def _write_json(path: Optional[str], result: Any) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result.to_json(), indent=1) + '\n')
 
 
 def _standing_in(args: argparse.Namespace) -> dict[str, str]:

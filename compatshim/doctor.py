@@ -179,31 +179,9 @@ def _run_child(device: Optional[str], stage: str, untested: bool) -> dict[str, A
         check=False,
     )
     try:
-        found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-        return found
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
     except (IndexError, ValueError):
         return {'crashed': f'the self-check process exited {proc.returncode}: {proc.stderr.strip()[-800:]}'}
-
-
-def _findings(before: api.ShimStatus, stage: str, untested: bool, enabled_by: Optional[str]) -> dict[str, Any]:
-    """The doctor's report before its self-check: the versions, the verdict and the settings it checks with."""
-    return {
-        'python': platform.python_version(),
-        'torch': before.torch_version,
-        'composer': before.composer_version,
-        'devices': {},
-        'verdict': before.verdict.value,
-        'family': before.family,
-        'detail': before.detail,
-        'stage': stage,
-        'allow_untested': untested,
-        'enabled_by': enabled_by,
-        'would_patch': [],
-        'kill_switch': os.environ.get(_settings.KILL_SWITCH),
-        'self_check': None,
-        'exit_code': EXIT_UNKNOWN,
-        'summary': '',
-    }
 
 
 def diagnose(
@@ -230,7 +208,23 @@ def diagnose(
     for message in settings.ignored:
         warnings.warn(message, CompatShimWarning, stacklevel=2)
     stage, untested = settings.stage, settings.allow_untested
-    report = _findings(before, stage, untested, enabled_by)
+    report: dict[str, Any] = {
+        'python': platform.python_version(),
+        'torch': before.torch_version,
+        'composer': before.composer_version,
+        'devices': {},
+        'verdict': before.verdict.value,
+        'family': before.family,
+        'detail': before.detail,
+        'stage': stage,
+        'allow_untested': untested,
+        'enabled_by': enabled_by,
+        'would_patch': [],
+        'kill_switch': os.environ.get(_settings.KILL_SWITCH),
+        'self_check': None,
+        'exit_code': EXIT_UNKNOWN,
+        'summary': '',
+    }
     if before.composer_version is None or before.torch_version is None:
         report['summary'] = 'Composer or torch is not installed: nothing to check.'
         return report
@@ -257,12 +251,8 @@ def _checked(report: dict[str, Any], child: dict[str, Any], enabled_by: Optional
         report['summary'] = child['missing']
         return report
     without, with_shim = SelfCheck(**child['without_shim']), SelfCheck(**child['with_shim'])
-    report['self_check'] = {
-        'device': accelerator(child['kind']).label,
-        'without_shim': child['without_shim'],
-        'with_shim': child['with_shim'],
-        'enable_error': child['enable_error'],
-    }
+    legs = {key: child[key] for key in ('without_shim', 'with_shim', 'enable_error')}
+    report['self_check'] = {'device': accelerator(child['kind']).label, **legs}
     report['exit_code'], report['summary'] = conclude(
         without, with_shim, report['stage'], enabled_by=enabled_by, killed=killed, enable_error=child['enable_error']
     )
@@ -308,23 +298,20 @@ def text(report: dict[str, Any]) -> str:
         lines.append('  devices: ' + ', '.join(f'{k}: {"yes" if v else "no"}' for k, v in report['devices'].items()))
     lines.append(f'  verdict: {report["verdict"]}' + (f' ({report["family"]} family)' if report['family'] else ''))
     lines.append(f'  {report["detail"]}')
-    if report['would_patch']:
-        lines.append(
-            '  enable() patches: '
-            + ', '.join(t.rsplit('.', 2)[-2] + '.' + t.rsplit('.', 1)[-1] for t in report['would_patch'])
-        )
-    check = report['self_check']
+    if report['would_patch']:  # Class.method
+        lines.append('  enable() patches: ' + ', '.join('.'.join(t.rsplit('.', 2)[-2:]) for t in report['would_patch']))
+    check, legs = report['self_check'], (('without shim', 'without_shim'), ('with shim', 'with_shim'))
     if check:
         lines.append(f'  self-check on {check["device"]} (2-step fit, eval, predict):')
         lines.append(f'    {"":14}{"train":14}{"eval":14}{"predict":14}coherent')
-        for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
+        for name, key in legs:
             leg = check[key]
             coherent = {True: 'yes', False: 'no', None: '-'}[leg['coherent']]
             lines.append(f'    {name:14}{leg["train"]:14}{leg["eval"]:14}{leg["predict"]:14}{coherent}')
             if leg['error']:
                 lines.append(f'      {leg["error"][:160]}')
         lines.append('  what the in-run monitor (compatshim.monitor.TransformMonitor) saw:')
-        for name, key in (('without shim', 'without_shim'), ('with shim', 'with_shim')):
+        for name, key in legs:
             for line in check[key].get('monitor') or ['(nothing: the run failed before a loop ended)']:
                 lines.append(f'    {name}: {line}')
     lines.append(f'  result: {report["summary"]} (exit {report["exit_code"]})')

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import NoReturn, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 from compatshim.config.settings import ALLOW_UNTESTED_VAR, MONITOR_VAR, STAGE_VAR, monitor, resolve
 
-__all__ = ['BOOTSTRAP_DIR', 'armed', 'child_environment', 'exec_command', 'without_bootstrap']
+__all__ = ['BOOTSTRAP_DIR', 'armed', 'child_environment', 'without_bootstrap']
 
 #: The directory whose ``sitecustomize.py`` arms the import hook (nothing else in it can be imported).
 BOOTSTRAP_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -50,8 +50,3 @@ def child_environment(
     resolve(environ=env)  # validate now, in the parent, rather than in every rank after it started
     monitor(env)
     return env
-
-
-def exec_command(command: Sequence[str], env: Mapping[str, str]) -> NoReturn:
-    """Replace this process with ``command`` (looked up on ``PATH``) in ``env``."""
-    os.execvpe(command[0], list(command), dict(env))

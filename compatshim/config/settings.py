@@ -117,8 +117,7 @@ def resolve(
         )
     given_stage = None if stage is None else validate_stage(stage)
     env_stage: Optional[Stage] = None
-    env_untested = False
-    ignored = []
+    env_untested, ignored = False, []
     try:
         env_stage = _stage(environ)
     except ConfigurationError as exc:
