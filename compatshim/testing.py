@@ -1,19 +1,7 @@
-"""A CPU fake accelerator for Composer, so that device placement is observable on a machine with no GPU.
-
-:class:`FakeAcceleratorDevice` is a Composer ``Device`` (a ``DeviceCPU`` subclass) whose ``tensor_to_device`` returns
-a *copy* of the tensor as a :class:`FakeAcceleratorTensor`. The tag is the tensor's type, not its address, so it
-survives views, slices, ``torch.cat`` and arithmetic, and cannot be fooled by the allocator reusing a freed address.
-``.cpu()`` brings a tensor back to the host as a plain tensor.
-
-Use :func:`placement` to ask where a batch is, on the fake or on a real cuda/mps device::
-
-    from compatshim.testing import FakeAcceleratorDevice, placement
-    trainer = Trainer(..., device=FakeAcceleratorDevice())
-    def probe(batch):
-        assert placement(batch) == 'device'
-        return batch
-
-This module imports torch and Composer; import it only in tests.
+"""A CPU fake accelerator for Composer, so that device placement is observable on a machine with no GPU
+(docs/testing.md): :class:`FakeAcceleratorDevice` moves tensors as :class:`FakeAcceleratorTensor` copies, tagged by
+type, not by address, so that the tag survives views, slices and ops (``.cpu()`` brings one back plain);
+:func:`placement` says where a batch is, on the fake or on a real cuda/mps device. Imports torch and Composer.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ only), what crossed to the device (:class:`MoveCounter`), and the clocks. Import
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -111,20 +112,18 @@ def clock_for(accelerator: Optional[Accelerator] = None) -> Any:
     return _HostClock() if event is None else _EventClock(event)
 
 
+@dataclasses.dataclass
 class Window:
     """What one tap saw in one window: calls, their placements, and the time measured so far."""
 
-    __slots__ = ('id', 'calls', 'places', 'seconds', 'timed_later', 'wall')
-
-    def __init__(self, window_id: int = 0) -> None:
-        self.id = window_id
-        self.calls = 0
-        self.places: collections.Counter[Placement] = collections.Counter()
-        self.seconds = 0.0
-        #: Calls whose time is still on the device (event clock): added when their events have completed.
-        self.timed_later = 0
-        #: Host wall-clock seconds spent inside the calls (``time.perf_counter``), whatever the clock times them with.
-        self.wall = 0.0
+    id: int = 0
+    calls: int = 0
+    places: collections.Counter[Placement] = dataclasses.field(default_factory=collections.Counter)
+    seconds: float = 0.0
+    #: Calls whose time is still on the device (event clock): added when their events have completed.
+    timed_later: int = 0
+    #: Host wall-clock seconds spent inside the calls, whatever the clock times them with.
+    wall: float = 0.0
 
     @property
     def where(self) -> Placement:

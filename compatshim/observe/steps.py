@@ -76,11 +76,10 @@ class _Loop:  # one fit, eval or predict of one label until its summary
 
 class Steps:
     """Each label's loop of steps: told what each event says, it gives each step's metrics and each loop's summary.
-    ``clock`` is the host wall clock (a step's time, its wait for data); ``transform_clock`` what its taps time the
-    transforms with (:func:`compatshim.observe.recorder.clock_for`)."""
+    ``clock``: the host wall clock (a step's time, its wait for data)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter, transform_clock: Any = None) -> None:
-        self.clock, self.transform_clock = clock, clock_for() if transform_clock is None else transform_clock
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock, self.transform_clock = clock, clock_for()  # the monitor sets the transforms' clock
         self.counter = MoveCounter()  # installed on the trainer's device by the monitor
         #: Whether placement and bytes to the device can be seen (not on plain ``DeviceCPU``): if not, neither is said.
         self.observable = True
