@@ -357,18 +357,10 @@ def measure(
 
     shared, size = source or Source(pipeline.dataloader), session.size
     names = [name for name, leg in LEGS.items() if leg.argument or ceiling is not None]
-
-    def epoch(leg: Leg, steps: int, observed: bool) -> Windows:
-        if leg.argument or ceiling is None:
-            return Windows(shared, steps)
-        return Windows(Source(ceiling[0 if observed else 1]), steps)
-
     first = [shared.next() for _ in range(CHECK_STEPS)]  # every leg checks the same batches, a copy each
 
     def checked_epoch(leg: Leg) -> Windows:
-        if leg.argument or ceiling is None:
-            return Windows(Source(_copied(first)), CHECK_STEPS)
-        return epoch(leg, CHECK_STEPS, True)
+        return Windows(Source(_copied(first) if leg.argument or ceiling is None else ceiling[0]), CHECK_STEPS)
 
     checked = check(session, pipeline, names, checked_epoch, samples)
     if 'ceiling' in checked and not checked['ceiling'].available:
@@ -380,9 +372,8 @@ def measure(
     for name in (name for name in names if checked[name].available and schedule.timed(checked[name])):
         leg, monitor, device = LEGS[name], TransformMonitor(), session.on.composer_device()
         fn = shim_transform if shim_transform is not None and leg.stage else pipeline.transform
-        timings[name] = Timing(
-            leg, _trainer(leg, pipeline, epoch(leg, size.steps, False), device, samples, monitor, fn), monitor
-        )
+        loader = Windows(shared if leg.argument or ceiling is None else Source(ceiling[1]), size.steps)
+        timings[name] = Timing(leg, _trainer(leg, pipeline, loader, device, samples, monitor, fn), monitor)
     if timings:
         session.say(f'{len(timings)} legs timed: {size.rounds} rounds of {size.steps} steps after a warm-up round')
         time_rounds(session, timings, schedule)

@@ -11,17 +11,9 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from compatshim import _exits
-from compatshim.bench import rule
+from compatshim.bench import results, rule
 from compatshim.bench.metrics import COMPARABLE_BY, METRICS
-from compatshim.bench.results import (
-    BaselineExistsError,
-    BenchResult,
-    PathLike,
-    Result,
-    baseline_for,
-    record_baseline,
-    reference_store,
-)
+from compatshim.bench.results import BenchResult, PathLike, Result, baseline_for, reference_store
 
 __all__ = ['Judged', 'Judging', 'against_baselines', 'gate', 'judge_all', 'judge_env', 'record_baselines', 'refused']
 
@@ -140,7 +132,7 @@ def record_baselines(found: list[BenchResult], baselines: PathLike, replace: boo
     lines = []
     for result in found:
         try:
-            lines.append(f'recorded {record_baseline(result, baselines, replace=replace)}')
-        except (BaselineExistsError, ValueError) as exc:
+            lines.append(f'recorded {results.record_baseline(result, baselines, replace=replace)}')
+        except (results.BaselineExistsError, ValueError) as exc:
             lines.append(f'not recorded: {exc}')
     return lines

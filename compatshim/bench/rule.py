@@ -203,7 +203,7 @@ class Exact(Kind):
 
     holds = 'only the code: a count'
 
-    def __init__(self, name: str, field: str, improves: Callable[[Any, Any], bool], sentence: str, unit: str = ''):
+    def __init__(self, name: str, field: str, improves: Callable[[Any, Any], bool], unit: str, sentence: str):
         self.name, self.field, self.improves, self.sentence, self.unit = name, field, improves, sentence, unit
 
     def read(self, source: SampleSource, result: Result) -> list[Any]:
@@ -355,26 +355,13 @@ FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (pa
 #: cpu size only (a GPU's shorter step was never measured against it).
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
-BYTES = Exact(
-    'count',
-    'h2d_bytes_per_step',
-    lambda old, new: new < old,
-    "a leg's bytes per step above its baseline's by any amount (a count, not a timing)",
-    ' bytes/step',
-)
-CALLS = Exact(
-    'calls',
-    'calls_per_step',
-    lambda old, new: False,
-    "a pipeline leg's calls per step that differ from its baseline's",
-    ' calls/step',
-)
+BYTES = Exact('count', 'h2d_bytes_per_step', lambda old, new: new < old, ' bytes/step',
+              "a leg's bytes per step above its baseline's by any amount (a count, not a timing)")  # fmt: skip
+CALLS = Exact('calls', 'calls_per_step', lambda old, new: False, ' calls/step',
+              "a pipeline leg's calls per step that differ from its baseline's")  # fmt: skip
 PLACEMENT_AS_BEFORE = Exact(
-    'placement',
-    'placement',
-    lambda old, new: new is Placement.DEVICE,
-    "a pipeline leg's placement that changes from its baseline's, other than to the device",
-)
+    'placement', 'placement', lambda old, new: new is Placement.DEVICE, '',
+    "a pipeline leg's placement that changes from its baseline's, other than to the device")  # fmt: skip
 WORK = WorkDone()
 ON_DEVICE = Check('the shim legs transform on the device, stage batch once per step', _on_device)
 NOTHING_PATCHED = Check('enable() patches nothing on a release that needs no patch', _nothing_patched)
@@ -490,22 +477,9 @@ def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
     factor = statistics.median(a) / statistics.median(b)
     compared = Comparison(Told.CANNOT_TELL, factor, tuple(sorted(x / y for x, y in zip(a, b))))
     read, band = (factor, *compared.middle), 1 + AS_FAST_WITHIN
-    if all(1 / band <= x <= band for x in read):
-        return dataclasses.replace(compared, told=Told.AS_FAST)
-    if all(x > band for x in read):
-        return dataclasses.replace(compared, told=Told.FASTER)
-    if all(x < 1 / band for x in read):
-        return dataclasses.replace(compared, told=Told.SLOWER)
-    return compared
-
-
-def _words(compared: Comparison, other: str) -> str:
-    factor = compared.factor
-    if compared.told is Told.AS_FAST:
-        return f'as fast as {other} (x{factor:.2f}; {compared.rounds()})'
-    if compared.told is Told.FASTER:
-        return f'x{factor:.2f} faster than {other} ({compared.rounds()})'
-    return f'x{1 / factor:.2f} slower than {other} ({compared.rounds(slower=True)})'
+    told = [t for t, holds in ((Told.AS_FAST, lambda x: 1 / band <= x <= band), (Told.FASTER, lambda x: x > band),
+                               (Told.SLOWER, lambda x: x < 1 / band)) if all(map(holds, read))]  # fmt: skip
+    return dataclasses.replace(compared, told=told[0]) if told else compared
 
 
 def partly_counted(result: PipelineResult) -> list[str]:
@@ -568,8 +542,13 @@ def verdicts(result: PipelineResult) -> list[str]:
         compared = tell(result, slow, fast) if when else None
         if compared is None:
             continue
-        if compared.told is not Told.CANNOT_TELL:
-            out.append(f'{head} {_words(compared, other)}{tail}')
+        factor, told = compared.factor, compared.told
+        if told is Told.AS_FAST:
+            out.append(f'{head} as fast as {other} (x{factor:.2f}; {compared.rounds()}){tail}')
+        elif told is Told.FASTER:
+            out.append(f'{head} x{factor:.2f} faster than {other} ({compared.rounds()}){tail}')
+        elif told is Told.SLOWER:
+            out.append(f'{head} x{1 / factor:.2f} slower than {other} ({compared.rounds(slower=True)}){tail}')
         else:
             out.append(
                 f'{about}: cannot tell — x{compared.factor:.2f}; {compared.rounds()}: neither all within '

@@ -56,12 +56,8 @@ class Work:
         return float(sum(self.bytes_by_dtype.values()))
 
     def to_json(self) -> dict[str, Any]:
-        counted = {
-            'calls': self.calls,
-            'ops': self.ops,
-            'bytes_by_dtype': dict(self.bytes_by_dtype),
-            'flops': self.flops,
-        }
+        counted = {'calls': self.calls, 'ops': self.ops, 'bytes_by_dtype': dict(self.bytes_by_dtype)}
+        counted['flops'] = self.flops
         return {**counted, 'outside': dict(self.outside)} if self.outside else counted
 
     @classmethod
@@ -77,27 +73,28 @@ class Work:
         return counted + (f'; not fully counted: work left torch through {self.outside_text()}' if self.outside else '')
 
 
-def held_by(transform: Any, depth: int = 3) -> list[tuple[Any, Any]]:
+#: A generator held by a transform, and what puts its state of now back.
+Held = tuple[Any, Callable[[], Any]]
+
+
+def held_by(transform: Any, depth: int = 3) -> list[Held]:
     """The generators ``transform`` holds with their states: in what it reaches ``depth`` levels deep, and at the top
     of the modules defining it (``RNG = numpy.random.default_rng(0)``): the real call draws what the counted one did."""
     import torch
 
-    held: list[tuple[Any, Any]] = []
+    held: list[Held] = []
     seen: set[int] = set()
     modules: dict[str, Mapping[str, Any]] = {}
 
-    def generator(value: Any) -> Optional[tuple[Any, Any]]:
-        if isinstance(value, torch.Generator):
-            return value, value.get_state()
-        if isinstance(value, random.Random):
-            return value, value.getstate()
+    def generator(value: Any) -> Optional[Held]:
         numpy = sys.modules.get('numpy')
-        if numpy is None:
-            return None
-        if isinstance(value, numpy.random.Generator):
-            return value.bit_generator, value.bit_generator.state
-        if isinstance(value, numpy.random.RandomState):
-            return value, value.get_state()
+        if isinstance(value, torch.Generator) or (numpy is not None and isinstance(value, numpy.random.RandomState)):
+            return value, functools.partial(value.set_state, value.get_state())
+        if isinstance(value, random.Random):
+            return value, functools.partial(value.setstate, value.getstate())
+        if numpy is not None and isinstance(value, numpy.random.Generator):
+            bits = value.bit_generator
+            return bits, functools.partial(setattr, bits, 'state', bits.state)
         return None
 
     def visit(value: Any, left: int) -> None:
@@ -147,21 +144,15 @@ def _inside(value: Any) -> list[Any]:
             inner = None
         if inner is not None and not isinstance(inner, types.ModuleType):  # a builtin's __self__ is its module
             found.append(inner)
-    found += [cell.cell_contents for cell in getattr(value, '__closure__', None) or () if _filled(cell)]
+    for cell in getattr(value, '__closure__', None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            found.append(cell.cell_contents)
     if not isinstance(value, (types.MethodType, types.BuiltinMethodType)):  # a method's __dict__ is its function's
         try:
             found += list(vars(value).values())
         except TypeError:  # no __dict__
             pass
     return found
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True
 
 
 def _plain_copy(leaf: Any) -> Any:
@@ -175,58 +166,29 @@ def _plain_copy(leaf: Any) -> Any:
     return leaf
 
 
-def _put_back(generator: Any, state: Any) -> None:
-    import torch
-
-    if isinstance(generator, torch.Generator):
-        generator.set_state(state)
-    elif isinstance(generator, random.Random):
-        generator.setstate(state)
-    elif hasattr(generator, 'set_state'):  # numpy.random.RandomState
-        generator.set_state(state)
-    else:
-        generator.state = state
-
-
-def _torch_states() -> list[tuple[str, Callable[[Any], None], Any]]:
-    """torch's generators on the host, every cuda device and mps, each with what puts it back."""
-    import torch
-
-    states: list[tuple[str, Callable[[Any], None], Any]] = [('cpu', torch.set_rng_state, torch.get_rng_state())]
-    if torch.cuda.is_available():
-        states.append(('cuda', torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all()))
-    mps = getattr(torch.backends, 'mps', None)
-    if mps is not None and mps.is_available():
-        states.append(('mps', torch.mps.set_rng_state, torch.mps.get_rng_state()))
-    return states
-
-
 class Generators:
-    """Every random generator's state now, to put back as often as asked, and the pairs of ``held``."""
+    """Every random generator's state now (Python's, numpy's, torch's on every device: ``devices``, and ``held``), to
+    put back as often as asked."""
 
-    def __init__(self, held: Sequence[tuple[Any, Any]] = ()) -> None:
-        numpy = sys.modules.get('numpy')
-        self.python = random.getstate()
-        self.numpy = (numpy, numpy.random.get_state()) if numpy is not None else None
-        self.torch = _torch_states()
-        self.held = list(held)
+    def __init__(self, held: Sequence[Held] = ()) -> None:
+        import torch
 
-    @property
-    def devices(self) -> list[str]:
-        return [device for device, _, _ in self.torch]
+        numpy, mps, cuda = sys.modules.get('numpy'), getattr(torch.backends, 'mps', None), torch.cuda
+        puts: list[tuple[str, Callable[[Any], Any], Any]] = [('', random.setstate, random.getstate())]
+        puts += [('', numpy.random.set_state, numpy.random.get_state())] if numpy is not None else []
+        puts += [('cpu', torch.set_rng_state, torch.get_rng_state())]
+        puts += [('cuda', cuda.set_rng_state_all, cuda.get_rng_state_all())] if cuda.is_available() else []
+        puts += [('mps', torch.mps.set_rng_state, torch.mps.get_rng_state())] if mps and mps.is_available() else []
+        self.devices = [device for device, _, _ in puts if device]
+        self.puts = [functools.partial(put, state) for _, put, state in puts] + [put for _, put in held]
 
     def put_back(self) -> None:
-        random.setstate(self.python)
-        if self.numpy is not None:
-            self.numpy[0].random.set_state(self.numpy[1])
-        for _, put, state in self.torch:
-            put(state)
-        for generator, state in self.held:
-            _put_back(generator, state)
+        for put in self.puts:
+            put()
 
 
 @contextlib.contextmanager
-def generators_kept(held: Sequence[tuple[Any, Any]] = ()) -> Iterator[None]:
+def generators_kept(held: Sequence[Held] = ()) -> Iterator[None]:
     """Every random generator as it was before the block, whatever it drew."""
     kept = Generators(held)
     try:
