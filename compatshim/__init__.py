@@ -28,22 +28,8 @@ from compatshim.shim.api import ShimStatus, Verdict, disable, enable, enabled, s
 from compatshim.shim.registry import get_original, is_patched
 
 __all__ = [
-    'KILL_SWITCH',
-    'STAGES',
-    'CompatShimError',
-    'CompatShimWarning',
-    'ComposerNotInstalledError',
-    'ConfigurationError',
-    'ShimStatus',
-    'TransformPlacementError',
-    'UnexpectedComposerShapeError',
-    'UnsupportedComposerWarning',
-    'Verdict',
-    '__version__',
-    'disable',
-    'enable',
-    'enabled',
-    'get_original',
-    'is_patched',
-    'status',
-]
+    'KILL_SWITCH', 'STAGES', 'CompatShimError', 'CompatShimWarning', 'ComposerNotInstalledError',
+    'ConfigurationError', 'ShimStatus', 'TransformPlacementError', 'UnexpectedComposerShapeError',
+    'UnsupportedComposerWarning', 'Verdict', '__version__', 'disable', 'enable', 'enabled', 'get_original',
+    'is_patched', 'status',
+]  # fmt: skip

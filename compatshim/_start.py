@@ -4,7 +4,6 @@ with ``COMPATSHIM_MONITOR`` on, a ``TransformMonitor`` on every Trainer (here, a
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from compatshim.config import settings
 from compatshim.shim.api import enable
@@ -25,18 +24,14 @@ def start(by: str = 'compatshim run') -> ShimStatus:
             shim_status = enable()
         finally:
             STATE.starting = outer
-    if monitor != 'off':
-        _attach_monitor(strict=monitor == 'strict')
-    return shim_status
-
-
-def _attach_monitor(**monitor_kwargs: Any) -> None:
-    """A ``TransformMonitor(**monitor_kwargs)`` on every Trainer from now on, or, when ``compatshim.monitor`` is
-    half-imported (its import of Composer fired ``compatshim run``'s hook), at the end of that import."""
+    if monitor == 'off':
+        return shim_status
+    # compatshim.monitor half-imported (its import of Composer fired compatshim run's hook): it attaches at its end
     half_imported = sys.modules.get('compatshim.monitor')
     if half_imported is not None and not hasattr(half_imported, 'attach_to_every_trainer'):
-        STATE.pending = monitor_kwargs
-        return
-    from compatshim.monitor import attach_to_every_trainer
+        STATE.pending = {'strict': monitor == 'strict'}
+    else:
+        from compatshim.monitor import attach_to_every_trainer
 
-    attach_to_every_trainer(**monitor_kwargs)
+        attach_to_every_trainer(strict=monitor == 'strict')
+    return shim_status

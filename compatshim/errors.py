@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 __all__ = [
-    'CompatShimError',
-    'ConfigurationError',
-    'CompatShimWarning',
-    'ComposerNotInstalledError',
-    'TransformPlacementError',
-    'UnexpectedComposerShapeError',
-    'UnsupportedComposerWarning',
-]
+    'CompatShimError', 'ConfigurationError', 'CompatShimWarning', 'ComposerNotInstalledError',
+    'TransformPlacementError', 'UnexpectedComposerShapeError', 'UnsupportedComposerWarning',
+]  # fmt: skip
 
 
 class CompatShimError(Exception):

@@ -43,7 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from compatshim.config.stages import STAGES
 
     stage = config.getoption('compatshim', default=None)
-    config.stash[_ENABLED_BY_SESSION] = False
     if stage is None:
         return
     # A path after a bare flag reads as its stage: pytest --compatshim tests/
@@ -119,16 +118,9 @@ def compatshim_enabled(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def compatshim_bench(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """``compatshim_bench(pipeline, *, compare=None, save=None, directory=None, quick=None, device='cpu', name=None)``.
-
-    Runs the pipeline bench (``compatshim bench --pipeline``) in this process, the shim off while it measures (and
-    back as it was after), and returns the result. With ``compare=NAME`` the test fails, naming each metric, when
-    anything worsened against the baseline ``NAME`` (in ``directory``, default ``.compatshim/benchmarks``), or when
-    that baseline measured another pipeline, size or device; ``save=NAME`` saves the result once the comparison (if
-    any) passed. ``name`` identifies the pipeline in baselines (default: the string given, else this test's id).
-    ``quick``: by default the size of the baseline compared with, else quick (3 rounds, which gate placement, calls
-    and bytes only); ``False``: the full size, whose timings can gate.
-    """
+    """``compatshim_bench(pipeline, *, compare=None, save=None, directory=None, quick=None, device='cpu', name=None)``:
+    the pipeline bench (``compatshim bench --pipeline``, docs/pipeline.md) in this process, returning its result; the
+    test fails, naming each metric, when anything worsened against the baseline ``compare``."""
 
     def run(
         pipeline: Any,

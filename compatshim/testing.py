@@ -14,14 +14,9 @@ from compatshim.observe.placement import Placement
 from compatshim.observe.recorder import Tap, is_on_device, placement
 
 __all__ = [
-    'FakeAcceleratorDevice',
-    'FakeAcceleratorTensor',
-    'FakeAutoMicrobatchDevice',
-    'PlacementProbe',
-    'is_on_device',
-    'observable_device',
-    'placement',
-]
+    'FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice', 'PlacementProbe', 'is_on_device',
+    'observable_device', 'placement',
+]  # fmt: skip
 
 
 def observable_device(device: str) -> Any:
