@@ -148,13 +148,14 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
     """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
     resolves to."""
-    if notes.stage_of(spec) is None:  # left to Composer: the monitor's taps only
+    stage = notes.stage_of(spec)
+    if stage is None:  # left to Composer: the monitor's taps only
         return notes.tapped(spec, name, value)
     if name == 'device_transforms':  # 0.25–0.26
-        return BatchHook(spec, None, value)
+        return BatchHook(spec, None, value, stage)
     if name == 'batch_transforms':
-        return BatchHook(spec, value)
-    return MicrobatchHook(spec, value)
+        return BatchHook(spec, value, None, stage)
+    return MicrobatchHook(spec, value, stage)
 
 
 def _fallback(spec: Any, name: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 from compatshim.config.support import Family
 from compatshim.shim import loops
-from compatshim.shim.notes import TapsInside, call, holds, spec_name, stage_of
+from compatshim.shim.notes import TapsInside, call, holds, spec_name
 from compatshim.shim.registry import STATE
 
 __all__ = ['BatchHook', 'MicrobatchHook', 'device_transforms_of']
@@ -41,12 +41,13 @@ class BatchHook(TapsInside):
         spec: The DataSpec whose hook the trainer read.
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
         transform: ``spec.device_transforms`` as the trainer's read resolved it (0.25–0.26); 0.27+ read it at the call.
+        stage: The DataSpec's stage at the trainer's read (:func:`compatshim.shim.notes.stage_of`).
     """
 
-    __slots__ = ('native', 'spec', 'transform')
+    __slots__ = ('native', 'spec', 'stage', 'transform')
 
-    def __init__(self, spec: Any, native: Optional[Transform], transform: Optional[Transform] = None) -> None:
-        self.spec, self.native, self.transform = spec, native, transform
+    def __init__(self, spec: Any, native: Optional[Transform], transform: Optional[Transform], stage: str) -> None:
+        self.spec, self.native, self.transform, self.stage = spec, native, transform, stage
 
     def __call__(self, batch: Batch) -> Batch:
         spec, native = self.spec, self.native
@@ -58,7 +59,7 @@ class BatchHook(TapsInside):
         if frame is None:  # called by hand outside a loop
             return batch
         host = STATE.family is Family.HOST
-        if stage_of(spec) == 'batch':
+        if self.stage == 'batch':
             transform = self.transform if host else device_transforms_of(spec)
             moved = frame.device.batch_to_device(batch)
             if frame.state is not None:
@@ -86,16 +87,17 @@ class MicrobatchHook(TapsInside):
     Args:
         spec: The DataSpec whose hook the trainer read.
         native: The DataSpec's own ``microbatch_transforms`` (``None``: none).
+        stage: The DataSpec's stage at the trainer's read.
     """
 
-    __slots__ = ('native', 'spec')
+    __slots__ = ('native', 'spec', 'stage')
 
-    def __init__(self, spec: Any, native: Optional[Transform]) -> None:
-        self.spec, self.native = spec, native
+    def __init__(self, spec: Any, native: Optional[Transform], stage: str) -> None:
+        self.spec, self.native, self.stage = spec, native, stage
 
     def __call__(self, microbatch: Batch) -> Batch:
         spec = self.spec
-        if stage_of(spec) == 'microbatch' and loops.current_frame() is not None:
+        if self.stage == 'microbatch' and loops.current_frame() is not None:
             transform = device_transforms_of(spec)
             if holds(transform):
                 microbatch = call(spec, 'device_transforms', transform, microbatch)  # type: ignore[arg-type]

@@ -148,10 +148,10 @@ class _Interposer:
         frame = current_frame()
         if frame is None or frame.device is not self.device:
             return self.move(batch)
-        if frame.passed and by_loop():
+        if frame.passed and by_loop(frame.reader):
             return batch
         moved = self.move(batch)
-        return moved if frame.armed is None or not by_loop() else frame.armed(moved)
+        return moved if frame.armed is None or not by_loop(frame.reader) else frame.armed(moved)
 
 
 def _stack() -> list[LoopFrame]:
@@ -163,16 +163,17 @@ def _stack() -> list[LoopFrame]:
 
 def current_frame() -> Optional[LoopFrame]:
     """The innermost running loop on this thread, or ``None`` outside any trainer loop."""
-    stack = _stack()
+    stack = getattr(_local, 'stack', None)
     return stack[-1] if stack else None
 
 
-def by_loop() -> bool:
+def by_loop(reader: Optional[str] = None) -> bool:
     """Whether the attribute read (or the move) being served is the running loop's own: the first caller past
     compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the loop's
-    reader module (Composer's trainer; outside any loop too)."""
-    stack = _stack()
-    reader = stack[-1].reader if stack else TRAINER_MODULE
+    reader module (Composer's trainer; outside any loop too), or ``reader`` where the caller has the running frame."""
+    if reader is None:
+        stack = getattr(_local, 'stack', None)
+        reader = stack[-1].reader if stack else TRAINER_MODULE
     frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None:
         name: str = frame.f_globals.get('__name__', '')

@@ -7,7 +7,6 @@ DataSpec (what becomes of each transform, the arguments Composer dropped, the ta
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any, Callable, Optional
 
@@ -34,6 +33,9 @@ __all__ = [
 TRANSFORM_NAMES = ('device_transforms', 'batch_transforms', 'microbatch_transforms')
 #: The identity methods Composer's DataSpec has (0.24–0.26, 0.27+): what a transform reads as when none was given.
 DEFAULTS = ('_default_device_transforms', '_default_transforms')
+#: Composer's DataSpec module, and its identity methods' qualified names there.
+DATA_SPEC_MODULE = 'composer.core.data_spec'
+_QUALNAMES = frozenset(f'DataSpec.{name}' for name in DEFAULTS)
 #: Where a DataSpec keeps its own ``data_transfer_stage`` (a plain string).
 STAGE_ATTRIBUTE = '_compatshim_stage'
 #: The module whose reads of a DataSpec's transforms are the trainer's own.
@@ -68,19 +70,14 @@ def kind(batch: Any) -> str:
     return 'None' if batch is None else type(batch).__name__
 
 
-def _composer_defaults() -> tuple[Any, ...]:
-    """Composer's own identity functions (``DataSpec._default_device_transforms`` / ``_default_transforms``), as
-    its class defines them (a subclass's own default is a transform like any other)."""
-    module = sys.modules.get('composer.core.data_spec')
-    cls = getattr(module, 'DataSpec', None)
-    held = vars(cls) if isinstance(cls, type) else {}
-    return tuple(held[name] for name in DEFAULTS if name in held)
-
-
 def is_default(value: Any) -> bool:
     """Whether ``value`` is Composer's own identity method bound to a DataSpec (what a transform reads as when none
-    was given); a subclass's override of it is not."""
-    return type(value) is types.MethodType and value.__func__ in _composer_defaults()
+    was given): a function of Composer's ``DataSpec`` class named in :data:`DEFAULTS`; a subclass's override of it is
+    not. Read on every batch: by the function's module and qualified name, with no lookup of the class."""
+    if type(value) is not types.MethodType:
+        return False
+    func = value.__func__
+    return getattr(func, '__module__', None) == DATA_SPEC_MODULE and getattr(func, '__qualname__', '') in _QUALNAMES
 
 
 def holds(value: Any) -> bool:
