@@ -477,9 +477,13 @@ def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
     factor = statistics.median(a) / statistics.median(b)
     compared = Comparison(Told.CANNOT_TELL, factor, tuple(sorted(x / y for x, y in zip(a, b))))
     read, band = (factor, *compared.middle), 1 + AS_FAST_WITHIN
-    told = [t for t, holds in ((Told.AS_FAST, lambda x: 1 / band <= x <= band), (Told.FASTER, lambda x: x > band),
-                               (Told.SLOWER, lambda x: x < 1 / band)) if all(map(holds, read))]  # fmt: skip
-    return dataclasses.replace(compared, told=told[0]) if told else compared
+    if all(1 / band <= x <= band for x in read):
+        return dataclasses.replace(compared, told=Told.AS_FAST)
+    if all(x > band for x in read):
+        return dataclasses.replace(compared, told=Told.FASTER)
+    if all(x < 1 / band for x in read):
+        return dataclasses.replace(compared, told=Told.SLOWER)
+    return compared
 
 
 def partly_counted(result: PipelineResult) -> list[str]:

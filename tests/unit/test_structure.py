@@ -264,8 +264,10 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: the positional-argument rule; the list of deliberate differences) and issue 52's counting-method version; bench/
 #: holds the work counts moved in from observe/ (issue 53: one rule module, one gate); then the six fixes of issue 51's
 #: outside trial, and the monitor's view of a DataSpec moved out of the shim's notes into observe/slots.py; the
-#: bench's hook probe moving as the trainer does; the monitor's note reading no property.
-RATCHET = {'compatshim/bench': 3702, 'compatshim/shim': 1451, 'compatshim': 8560}
+#: bench's hook probe moving as the trainer does; the monitor's note reading no property. Lowered at issue 53's
+#: second pass (the loop frame naming its DataSpec, one block switch, one-use helpers and restated docstrings gone).
+#: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met.
+RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1451, 'compatshim': 7896}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
