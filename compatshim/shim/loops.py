@@ -53,15 +53,11 @@ class LoopFrame:
     #: The interposer this frame uses on its device (shared by every frame of that device, on any thread).
     _interposer: Optional[_Interposer] = None
 
-    def new_step(self) -> None:
-        """A new batch reached the shim's hook: what the last step's did no longer applies."""
-        self.passed = False
-        self.reshaped = None
-
     def moved(self, transform: Any, spec: Any, moved: Batch, out: Batch) -> None:
         """Stage batch: the shim moved this step's batch and ran ``transform`` on it, which returned ``out``."""
         self.passed = True
-        self._interpose()
+        if self._interposer is None:
+            self._interpose()
         if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
             self.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
 
@@ -85,11 +81,10 @@ class LoopFrame:
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
         self.armed = transform
-        self._interpose()
+        if self._interposer is None:
+            self._interpose()
 
     def _interpose(self) -> None:
-        if self._interposer is not None:
-            return
         with STATE.lock:
             interposer = vars(self.device).get('batch_to_device')
             if not isinstance(interposer, _Interposer):

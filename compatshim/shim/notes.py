@@ -18,7 +18,6 @@ __all__ = [
     'TapsInside',
     'Tapped',
     'call',
-    'is_default',
     'kind',
     'leave_to_composer',
     'holds',
@@ -70,20 +69,17 @@ def kind(batch: Any) -> str:
     return 'None' if batch is None else type(batch).__name__
 
 
-def is_default(value: Any) -> bool:
-    """Whether ``value`` is Composer's own identity method bound to a DataSpec (what a transform reads as when none
-    was given): a function of Composer's ``DataSpec`` class named in :data:`DEFAULTS`; a subclass's override of it is
-    not. Read on every batch: by the function's module and qualified name, with no lookup of the class."""
-    if type(value) is not types.MethodType:
-        return False
-    func = value.__func__
-    return getattr(func, '__module__', None) == DATA_SPEC_MODULE and getattr(func, '__qualname__', '') in _QUALNAMES
-
-
 def holds(value: Any) -> bool:
-    """Whether ``value`` is a transform something should run (not ``None``, not the identity method; a value that is
-    not callable is run, and fails, as on 0.24.1)."""
-    return value is not None and not is_default(value)
+    """Whether ``value`` is a transform something should run: not ``None``, and not Composer's own identity method
+    bound to a DataSpec (a function of Composer's ``DataSpec`` class named in :data:`DEFAULTS`, told by its module and
+    qualified name: read on every batch; a subclass's override is a transform like any other). A value that is not
+    callable is run, and fails, as on 0.24.1."""
+    if value is None:
+        return False
+    if type(value) is not types.MethodType:
+        return True
+    func = value.__func__
+    return getattr(func, '__module__', None) != DATA_SPEC_MODULE or getattr(func, '__qualname__', '') not in _QUALNAMES
 
 
 def own(spec: Any) -> dict[str, Any]:
@@ -98,7 +94,7 @@ def stage_of(spec: Any) -> Optional[str]:
     to "is the shim on for this DataSpec"."""
     if STATE.stage is None:
         return None
-    stage: Optional[str] = own(spec).get(STAGE_ATTRIBUTE)
+    stage: Optional[str] = object.__getattribute__(spec, '__dict__').get(STAGE_ATTRIBUTE)  # own(spec), inlined
     return None if stage == COMPOSERS else stage or STATE.stage
 
 
