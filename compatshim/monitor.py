@@ -208,15 +208,15 @@ class TransformMonitor(Callback):
             watched = None
         else:
             unseen = spec is None or (not view.noted(spec) and _drops_the_argument())
-            watched = self._watch_found(None if unseen else spec, label)
+            watched = self._watch_found(None if unseen else spec, label, framed=frame is not None)
         self._current[label] = watched
         return watched
 
-    def _watch_found(self, spec: Optional[Any], label: str) -> Optional[_Watched]:
+    def _watch_found(self, spec: Optional[Any], label: str, framed: bool = True) -> Optional[_Watched]:
         if spec is None:
             if label not in self._blind:
                 self._blind.add(label)
-                self._say(_steps.unseen_warning(label, self.strict))
+                self._say(_steps.unseen_warning(label, self.strict, framed))
             return None
         watched = self._watched.get(id(spec))
         if watched is None or not watched.is_current(spec):

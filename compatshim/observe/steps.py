@@ -247,19 +247,23 @@ def _fix(version: str, kill_switch: bool, shim_on: bool) -> str:
     )
 
 
-def unseen_warning(label: str, strict: bool) -> str:
-    """What is said of a dataloader whose DataSpec the monitor cannot see."""
-    return (
-        f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: its DataSpec was "
-        'built before compatshim.monitor was imported and while the shim was off, on a release that drops '
-        'device_transforms without a trace (or unpickled from one built so). '
-        'Import compatshim.monitor (or call compatshim.enable()) before building DataSpecs, or start the run with '
-        'compatshim run --monitor.'
-    ) + (
+def unseen_warning(label: str, strict: bool, framed: bool = True) -> str:
+    """What is said of a dataloader whose DataSpec the monitor cannot see: built unseen on a release that drops the
+    argument, or (not ``framed``) run by a loop that is not the Trainer's own, so that no loop frame names it."""
+    why = (
+        'its DataSpec was built before compatshim.monitor was imported and while the shim was off, on a release that '
+        'drops device_transforms without a trace (or unpickled from one built so). Import compatshim.monitor (or call '
+        'compatshim.enable()) before building DataSpecs, or start the run with compatshim run --monitor.'
+        if framed
+        else "its loop is not one of the Trainer's own (a subclass's loop that does not call Composer's, or a Trainer "
+        'run after compatshim.monitor.unwatch()), so nothing names its DataSpec to the monitor.'
+    )
+    tail = (
         ' (strict: a transform it cannot see is not verified)'
         if strict
         else ' Only the bytes moved are reported for it.'
     )
+    return f"compatshim TransformMonitor: cannot see the transforms of the '{label}' dataloader: {why}{tail}"
 
 
 @dataclasses.dataclass(frozen=True)

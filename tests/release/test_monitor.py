@@ -530,6 +530,30 @@ def test_fit_twice_gives_a_summary_each() -> None:
     assert [(s.label, s.steps, s.steps_in_all) for s in monitor.summaries] == [('train', 2, 2), ('train', 2, 4)]
 
 
+def test_a_loop_no_frame_names_is_said_to_be_unseen_for_that_reason() -> None:
+    """A monitor whose watch was undone before the loop ran (no loop frame names the DataSpec, as for a subclass's own
+    loop): it says why it cannot see the transforms, never that the release drops them; strict refuses the run."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor, unwatch, watch
+
+    monitor, strict = TransformMonitor(), TransformMonitor(strict=True)
+    unwatch()
+    try:
+        t, _ = trainer(make_device(), train_dataloader=DataSpec(loader(16)), max_duration='2ba', callbacks=[monitor])
+        with pytest.warns(
+            compatshim.CompatShimWarning, match="'train' dataloader: its loop is not one of the Trainer"
+        ) as said:
+            t.fit()
+        assert not [w for w in said if 'drops' in str(w.message)]
+        assert monitor.summaries[0].transforms == {} and monitor.summaries[0].bytes_per_step > 0
+        t, _ = trainer(make_device(), train_dataloader=DataSpec(loader(16)), max_duration='2ba', callbacks=[strict])
+        with pytest.raises(compatshim.TransformPlacementError, match="its loop is not one of the Trainer's own"):
+            t.fit()
+    finally:
+        watch()
+
+
 @needs_dataspec_keyword
 def test_a_dataspec_built_before_the_monitor() -> None:
     """Without the shim the monitor taps the trainer's reads, so it sees a DataSpec built before it was imported —
