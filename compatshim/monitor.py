@@ -133,7 +133,7 @@ class TransformMonitor(Callback):
         logger.log_hyperparameters(run_record(strict=self.strict))
 
     def fit_start(self, state: State, logger: Logger) -> None:
-        self._current.pop('train', None)  # a loop that raised never reached its end event
+        self._loop_start('train')
         self._watch(state, 'train')  # a dropped transform is known now, before the first batch
 
     def before_dataloader(self, state: State, logger: Logger) -> None:
@@ -152,7 +152,7 @@ class TransformMonitor(Callback):
         self._loop_end('train', logger)
 
     def eval_start(self, state: State, logger: Logger) -> None:
-        self._current.pop(_label(state), None)
+        self._loop_start(_label(state))
         self._begin(state, _label(state))
 
     def eval_batch_start(self, state: State, logger: Logger) -> None:
@@ -169,7 +169,7 @@ class TransformMonitor(Callback):
         self._loop_end(_label(state), logger)
 
     def predict_start(self, state: State, logger: Logger) -> None:
-        self._current.pop('predict', None)
+        self._loop_start('predict')
         self._begin(state, 'predict')
 
     def predict_batch_start(self, state: State, logger: Logger) -> None:
@@ -227,6 +227,11 @@ class TransformMonitor(Callback):
             if slot is not None and slot.fate is Fate.DROPPED:
                 self._complain(watched, Placement.NEVER_CALLED, label)
         return watched
+
+    def _loop_start(self, label: str) -> None:
+        """A loop of ``label`` starts: what a loop of it that raised (never reaching its end event) left goes."""
+        self._current.pop(label, None)
+        self._steps.restart(label)
 
     def _begin(self, state: State, label: str) -> None:
         watched = self._reading = self._watch(state, label)

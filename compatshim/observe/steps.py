@@ -112,6 +112,10 @@ class Steps:
         busy = sum(t.tap.window.wall for t in step.targets if t.tap is not None)
         return max(0.0, self.clock() - step.since - busy - self.counter.wall)
 
+    def restart(self, label: str) -> None:
+        """A loop of ``label`` starts: the steps of one that raised before its end are not this loop's."""
+        self._loops.pop(label, None)
+
     def drop(self) -> None:
         """The loop ended: a step opened for a batch that never came is no step."""
         self._open = None
@@ -328,7 +332,7 @@ class Summary:
             if self.observable
             else "placement and bytes to the device not observable (Composer's DeviceCPU: host and device are one)"
         )
-        more = f' ({self.steps_in_all} with the runs before a resume)' if self.steps_in_all > self.steps else ''
+        more = f' ({self.steps_in_all} over all its runs and any it resumed)' if self.steps_in_all > self.steps else ''
         waited = (
             ''
             if self.wait_ms_per_step is None or self.wait_share is None

@@ -219,6 +219,29 @@ def test_a_fit_that_raised_leaves_no_dataspec_behind(leg: str) -> None:
     assert (seen.where, seen.calls_per_step) == ('device', 1), monitor.summaries[-1].line
 
 
+def test_a_predict_that_raised_leaves_no_steps_behind() -> None:
+    """The steps a loop counted before it raised are not the next loop's (an outside trial saw 2 + 2 = 4)."""
+    from composer import Callback
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    class Boom(Callback):  # type: ignore[misc]
+        def predict_batch_end(self, state: Any, logger: Any) -> None:
+            raise RuntimeError('boom')
+
+    if IS_AFFECTED:
+        compatshim.enable()
+    monitor = TransformMonitor()
+    t, _ = trainer(make_device(), callbacks=[monitor, Boom()])
+    with pytest.raises(RuntimeError, match='boom'):
+        t.predict(DataSpec(loader(16), device_transforms=Probe()))
+    t.state.callbacks.remove(next(cb for cb in t.state.callbacks if isinstance(cb, Boom)))
+    t.predict(DataSpec(loader(16), device_transforms=Probe()), subset_num_batches=2)
+    (summary,) = monitor.summaries
+    assert (summary.label, summary.steps, summary.steps_in_all) == ('predict', 2, 3), summary.line
+
+
 def test_a_noted_dataspec_lives_no_longer_than_its_users_hold_it() -> None:
     """What the watch and the shim note of a DataSpec does not keep it (nor its dataloader and data) alive."""
     import gc
@@ -511,7 +534,7 @@ def test_resume_from_a_checkpoint_keeps_counting(tmp_path: Path) -> None:
     (one,), (two,) = first.summaries, resumed.summaries
     assert (one.steps, one.steps_in_all) == (2, 2)
     assert (two.steps, two.steps_in_all) == (2, 4), two.line
-    assert '(4 with the runs before a resume)' in two.line
+    assert '(4 over all its runs and any it resumed)' in two.line
     assert two.transforms['device_transforms'].where == 'device'
 
 
