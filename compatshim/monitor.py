@@ -108,7 +108,7 @@ class TransformMonitor(Callback):
         self.composer = installed('mosaicml')
         #: One summary per fit, eval and predict, in order (``summary.line``: as logged).
         self.summaries: list[Summary] = []
-        self._steps = _steps.Steps()  # the recorder: the host wall clock, and the transforms' (``_clock``)
+        self._steps = _steps.Steps()  # the recorder: the host wall clock, and the transforms' (``transform_clock``)
         self._accelerator = False
         self._watched: dict[int, _Watched] = {}
         self._reading: Optional[_Watched] = None  # the DataSpec the open step reads
@@ -116,19 +116,11 @@ class TransformMonitor(Callback):
         self._blind: set[str] = set()
         self._current: dict[str, Optional[_Watched]] = {}  # by label, while its loop runs
 
-    @property
-    def _clock(self) -> Any:
-        return self._steps.transform_clock
-
-    @_clock.setter
-    def _clock(self, clock: Any) -> None:
-        self._steps.transform_clock = clock
-
     def init(self, state: State, logger: Logger) -> None:
         on = of_device(state.device)
         # Placement is said, and warned of, only where it can be seen (not on plain DeviceCPU).
         self._accelerator = self._steps.observable = on.observes(state.device)
-        self._clock = _recorder.clock_for(on)
+        self._steps.transform_clock = _recorder.clock_for(on)
         self._steps.counter.install(state.device)
         logger.log_hyperparameters(run_record(strict=self.strict))
 

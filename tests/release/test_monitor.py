@@ -786,7 +786,7 @@ def test_device_time_is_logged_at_the_step_it_belongs_to() -> None:
     class EventMonitor(TransformMonitor):
         def init(self, state: Any, logger: Any) -> None:
             super().init(state, logger)
-            self._clock = _EventClock(Event)
+            self._steps.transform_clock = _EventClock(Event)
 
     class Steps(LoggerDestination):
         def __init__(self) -> None:
