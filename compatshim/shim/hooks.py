@@ -52,8 +52,8 @@ class BatchHook(TapsInside):
     def __call__(self, batch: Batch) -> Batch:
         spec, native = self.spec, self.native
         frame = loops.current_frame()
-        if frame is not None:  # a new step: what the last one's did no longer applies
-            frame.passed, frame.reshaped = False, None
+        if frame is not None:
+            frame.new_step()
         if native is not None and holds(native):  # Composer's own identity needs no call
             batch = call(spec, 'batch_transforms', native, batch)
         if frame is None:  # called by hand outside a loop

@@ -53,11 +53,14 @@ class LoopFrame:
     #: The interposer this frame uses on its device (shared by every frame of that device, on any thread).
     _interposer: Optional[_Interposer] = None
 
+    def new_step(self) -> None:
+        """A new batch reached the shim's hook: what the last step's did no longer applies."""
+        self.passed, self.reshaped = False, None
+
     def moved(self, transform: Any, spec: Any, moved: Batch, out: Batch) -> None:
         """Stage batch: the shim moved this step's batch and ran ``transform`` on it, which returned ``out``."""
         self.passed = True
-        if self._interposer is None:
-            self._interpose()
+        self._interpose()
         if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
             self.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
 
@@ -81,10 +84,11 @@ class LoopFrame:
     def arm(self, transform: Callable[[Batch], Batch]) -> None:
         """Run ``transform`` after every move this frame's device makes until the frame closes."""
         self.armed = transform
-        if self._interposer is None:
-            self._interpose()
+        self._interpose()
 
     def _interpose(self) -> None:
+        if self._interposer is not None:
+            return
         with STATE.lock:
             interposer = vars(self.device).get('batch_to_device')
             if not isinstance(interposer, _Interposer):
@@ -167,8 +171,8 @@ def by_loop(reader: Optional[str] = None) -> bool:
     compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the loop's
     reader module (Composer's trainer; outside any loop too), or ``reader`` where the caller has the running frame."""
     if reader is None:
-        stack = _local.__dict__.get('stack')
-        reader = stack[-1].reader if stack else TRAINER_MODULE
+        running = current_frame()
+        reader = TRAINER_MODULE if running is None else running.reader
     frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None:
         name: str = frame.f_globals.get('__name__', '')

@@ -94,7 +94,7 @@ def stage_of(spec: Any) -> Optional[str]:
     to "is the shim on for this DataSpec"."""
     if STATE.stage is None:
         return None
-    stage: Optional[str] = object.__getattribute__(spec, '__dict__').get(STAGE_ATTRIBUTE)  # own(spec), inlined
+    stage: Optional[str] = own(spec).get(STAGE_ATTRIBUTE)
     return None if stage == COMPOSERS else stage or STATE.stage
 
 

@@ -266,8 +266,9 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: outside trial, and the monitor's view of a DataSpec moved out of the shim's notes into observe/slots.py; the
 #: bench's hook probe moving as the trainer does; the monitor's note reading no property. Lowered at issue 53's
 #: second pass (the loop frame naming its DataSpec, one block switch, one-use helpers and restated docstrings gone).
-#: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met.
-RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1442, 'compatshim': 7892}
+#: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met. Raised by 4 when the loop frame took back its
+#: step reset (new_step), which the hook had inlined to save a call per batch.
+RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1446, 'compatshim': 7896}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
