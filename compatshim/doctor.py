@@ -137,7 +137,7 @@ def _self_check(kind: str, shim: bool) -> SelfCheck:
 def _child_main(argv: Sequence[str]) -> int:
     """The self-check, in its own process: ``DEVICE|'' STAGE 0|1`` -> one JSON object on stdout."""
     device, stage, untested = argv[0] or None, argv[1], argv[2] == '1'
-    out: dict[str, Any] = {'devices': {}, 'kind': None, 'missing': None, 'enable_error': None}
+    out: dict[str, Any] = {'devices': {}, 'kind': None, 'missing': None, 'enable_error': None, 'patched': []}
     quiet = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         warnings.simplefilter('ignore')
@@ -155,6 +155,7 @@ def _child_main(argv: Sequence[str]) -> int:
                 api.enable(stage, allow_untested=untested)
             except Exception as exc:  # noqa: BLE001 - the message is the finding (shape error, bad kill switch)
                 out['enable_error'] = f'{type(exc).__name__}: {exc}'
+            out['patched'] = list(api.status().patches)
             out['with_shim'] = dataclasses.asdict(_self_check(kind, shim=True))
     print(json.dumps(out))
     return 0
@@ -234,10 +235,6 @@ def diagnose(
             '--allow-untested to check whether the shim patches it here.'
         )
         return report
-    if before.verdict in (Verdict.AFFECTED, Verdict.PATCHED, Verdict.UNSUPPORTED):
-        from compatshim.shim.targets import TARGETS
-
-        report['would_patch'] = list(TARGETS)
     return _checked(report, _run_child(device, stage, untested), enabled_by, killed=settings.killed)
 
 
@@ -246,7 +243,7 @@ def _checked(report: dict[str, Any], child: dict[str, Any], enabled_by: Optional
     if 'crashed' in child:
         report['summary'] = child['crashed']
         return report
-    report['devices'] = child['devices']
+    report['devices'], report['would_patch'] = child['devices'], child['patched']
     if child['missing']:
         report['summary'] = child['missing']
         return report

@@ -1,13 +1,15 @@
-"""The shim's two patches of ``composer.core.data_spec.DataSpec``.
+"""The shim's patches of ``composer.core.data_spec.DataSpec``.
 
 * ``__init__`` takes the shim's own ``data_transfer_stage`` (kept on the DataSpec) and, where Composer no longer takes
   ``device_transforms`` as 0.24.1 did (0.27+), the argument: Composer builds the DataSpec without it, then the wrapper
   sets ``self.device_transforms`` as 0.24.1's ``__init__`` did (a subclass's property setter sees it). On 0.25–0.26
   Composer's own ``__init__`` still sets it.
-* ``__getattribute__`` serves every read as Python would, except the trainer's reads of the transform hooks it calls
-  (``device_transforms`` on 0.25–0.26, ``batch_transforms``/``microbatch_transforms`` on 0.27+), which get a hook
-  (:mod:`compatshim.shim.hooks`) bound to the DataSpec and made from what ``device_transforms`` resolves to at that
-  read. The DataSpec is the one owner of the transform; the hooks keep no copy.
+* The trainer's reads of the transform hooks it calls get a hook (:mod:`compatshim.shim.hooks`) bound to the DataSpec
+  and made from what ``device_transforms`` resolves to at that read; every other read gets what Python gives. The
+  DataSpec is the one owner of the transform; the hooks keep no copy. On 0.25–0.26 the name is ``device_transforms``,
+  which 0.24.1 code may serve itself (a subclass's property or method), so ``__getattribute__`` serves it; on 0.27+ the
+  names are ``batch_transforms``/``microbatch_transforms``, which 0.24.1 code never defines, so each is a data
+  descriptor (:class:`HookName`) and a read of any other attribute costs what Python's own lookup costs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from compatshim.config import stages
 from compatshim.config.support import HOOKS, Family
@@ -25,11 +27,17 @@ from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.loops import by_loop
 from compatshim.shim.registry import STATE
 
-__all__ = ['INIT_TARGET', 'LOOKUP_TARGET', 'for_trainer', 'given', 'instrument']
+__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'targets']
 
-#: What this module patches.
-INIT_TARGET = 'composer.core.data_spec.DataSpec.__init__'
-LOOKUP_TARGET = 'composer.core.data_spec.DataSpec.__getattribute__'
+
+def lookups(family: Family) -> tuple[str, ...]:
+    """The attributes of ``DataSpec`` that serve the trainer's reads of ``family``'s hook names."""
+    return ('__getattribute__',) if family is Family.HOST else HOOKS[family]
+
+
+def targets(family: Family) -> tuple[str, ...]:
+    """What this module patches for ``family``, dotted."""
+    return tuple(f'composer.core.data_spec.DataSpec.{name}' for name in ('__init__', *lookups(family)))
 
 
 def _take_device_transforms(
@@ -186,7 +194,51 @@ def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, fa
     return __getattribute__
 
 
+class HookName:
+    """A data descriptor for one hook name the trainer reads on 0.27+, in a patch set's ``record``: the value lives in
+    the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while the shim's
+    switch is ``while_on`` (the shim's descriptor: on; the monitor's watch: off), gets ``serve(spec, name, value)``;
+    any other read gets the value (through the other patch set's descriptor beneath, which may serve it), or Python's
+    ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
+
+    def __init__(
+        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any], while_on: bool
+    ) -> None:
+        del original  # read as record.original: another of compatshim's patch sets may splice it
+        self.name, self.record, self.serve, self.while_on = name, record, serve, while_on
+        self.__wrapped__ = record.original
+
+    def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
+        if spec is None:
+            return self
+        name = self.name
+        value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
+        if self.record.active and (STATE.stage is not None) is self.while_on and by_loop():
+            return self.serve(spec, name, _fallback(spec, name) if value is patching.MISSING_ATTRIBUTE else value)
+        below = self.record.original
+        if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's, which may serve this read
+            return below.__get__(spec, owner)
+        if value is patching.MISSING_ATTRIBUTE:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
+            raise AttributeError(f'{type(spec).__name__!r} object has no attribute {name!r}')
+        return value
+
+    def __set__(self, spec: Any, value: Any) -> None:
+        notes.own(spec)[self.name] = value
+
+    def __delete__(self, spec: Any) -> None:
+        try:
+            del notes.own(spec)[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+
 def instrument(data_spec_cls: type, family: Family) -> None:
     """Wrap ``DataSpec.__init__`` and the trainer's reads of its transform hooks for ``family``."""
     STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
-    STATE.patches.patch(data_spec_cls, '__getattribute__', functools.partial(_make_lookup, family=family))
+    if family is Family.HOST:
+        STATE.patches.patch(data_spec_cls, '__getattribute__', functools.partial(_make_lookup, family=family))
+        return
+    for name in HOOKS[family]:
+        STATE.patches.patch(
+            data_spec_cls, name, functools.partial(HookName, name=name, serve=for_trainer, while_on=True)
+        )

@@ -110,9 +110,12 @@ def test_the_root_holds_only_the_public_face() -> None:
 @pytest.mark.parametrize(
     ('layer', 'above'),
     [
-        ('compatshim.shim.targets', ('compatshim.monitor', 'compatshim.bench', 'compatshim.doctor', 'compatshim._cli')),
-        ('compatshim.shim.patching', ('compatshim.shim.registry', 'compatshim.shim.targets', 'compatshim.monitor')),
-        ('compatshim.shim.notes', ('compatshim.shim.targets', 'compatshim.monitor', 'compatshim.shim.hooks')),
+        (
+            'compatshim.shim.data_spec',
+            ('compatshim.monitor', 'compatshim.bench', 'compatshim.doctor', 'compatshim._cli'),
+        ),
+        ('compatshim.shim.patching', ('compatshim.shim.registry', 'compatshim.shim.data_spec', 'compatshim.monitor')),
+        ('compatshim.shim.notes', ('compatshim.shim.data_spec', 'compatshim.monitor', 'compatshim.shim.hooks')),
         (
             'compatshim.bench.rule',
             ('compatshim.bench.metrics', 'compatshim.bench.engine', 'compatshim.bench.reference'),
@@ -135,7 +138,7 @@ def test_the_monitor_taps_through_the_notes_and_nobody_reads_its_internals() -> 
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             assert not node.module.startswith('compatshim.shim.hooks'), node.module
-            if node.module.startswith('compatshim.shim.targets'):
+            if node.module.startswith('compatshim.shim.data_spec'):
                 assert all(not alias.name.startswith('_') for alias in node.names), ast.dump(node)
     source = MODULES['compatshim.monitor'].read_text()
     assert 'BatchHook' not in source and 'MicrobatchHook' not in source
@@ -267,8 +270,10 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: bench's hook probe moving as the trainer does; the monitor's note reading no property. Lowered at issue 53's
 #: second pass (the loop frame naming its DataSpec, one block switch, one-use helpers and restated docstrings gone).
 #: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met. Raised by 4 when the loop frame took back its
-#: step reset (new_step), which the hook had inlined to save a call per batch.
-RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1446, 'compatshim': 7896}
+#: step reset (new_step), which the hook had inlined to save a call per batch. Raised by 43 (shim/) for issue 53's
+#: attribute cost: on 0.27+ the hook names are data descriptors (HookName), the shim's and the watch's, so a read of
+#: any other DataSpec attribute is Python's own; the doctor lists what enable() patched (shim/targets.py gone).
+RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1489, 'compatshim': 7944}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
