@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from compatshim import _exits
 from compatshim.config import settings as _settings
+from compatshim.config.support import Family
 from compatshim.devices.accelerator import ACCELERATORS, accelerator, best_present
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import api
@@ -235,6 +236,10 @@ def diagnose(
             '--allow-untested to check whether the shim patches it here.'
         )
         return report
+    if before.family is not None:  # what enable() patches for its family, also under the kill switch
+        from compatshim.shim import data_spec, loops
+
+        report['would_patch'] = [*data_spec.targets(Family(before.family)), *loops.TARGETS]
     return _checked(report, _run_child(device, stage, untested), enabled_by, killed=settings.killed)
 
 
@@ -243,7 +248,7 @@ def _checked(report: dict[str, Any], child: dict[str, Any], enabled_by: Optional
     if 'crashed' in child:
         report['summary'] = child['crashed']
         return report
-    report['devices'], report['would_patch'] = child['devices'], child['patched']
+    report['devices'], report['would_patch'] = child['devices'], child['patched'] or report['would_patch']
     if child['missing']:
         report['summary'] = child['missing']
         return report
