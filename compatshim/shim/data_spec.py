@@ -149,8 +149,28 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
             self.device_transforms = _default(self) if transform is None else transform
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
+        if family is not Family.HOST and type(self) is not record.owner:
+            _warn_own_hook_names(type(self), family)
 
     return __init__
+
+
+def _warn_own_hook_names(cls: type, family: Family) -> None:
+    """Warn, once per class and name, where a DataSpec subclass defines a hook name of 0.27+ itself (code written for
+    0.27+): Python finds it before the shim's descriptor, so the trainer's read of it never reaches the shim."""
+    for name in HOOKS[family]:
+        found = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        key = f'own-hook:{cls.__module__}.{cls.__qualname__}.{name}'
+        if isinstance(found, HookName) or key in STATE.warned:
+            continue
+        STATE.warned.add(key)
+        warnings.warn(
+            f'compatshim: {cls.__qualname__} defines {name} itself, so the trainer reads it past the shim: the '
+            f'device_transforms of its DataSpecs do not run on the device. Assign {name} in __init__ or pass it as an '
+            'argument instead of defining it on the class.',
+            CompatShimWarning,
+            stacklevel=4,
+        )
 
 
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
@@ -213,13 +233,15 @@ class HookName:
             return self
         name = self.name
         value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
-        if self.record.active and (STATE.stage is not None) is self.while_on and by_loop():
-            return self.serve(spec, name, _fallback(spec, name) if value is patching.MISSING_ATTRIBUTE else value)
+        missing = value is patching.MISSING_ATTRIBUTE  # only the shim stands in for it: the watch observes
+        serving = self.record.active and (STATE.stage is not None) is self.while_on and (self.while_on or not missing)
+        if serving and by_loop():
+            return self.serve(spec, name, _fallback(spec, name) if missing else value)
         below = self.record.original
         if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's, which may serve this read
             return below.__get__(spec, owner)
-        if value is patching.MISSING_ATTRIBUTE:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
-            raise AttributeError(f'{type(spec).__name__!r} object has no attribute {name!r}')
+        if missing:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
+            raise _no_attribute(spec, name)
         return value
 
     def __set__(self, spec: Any, value: Any) -> None:
@@ -229,7 +251,12 @@ class HookName:
         try:
             del notes.own(spec)[self.name]
         except KeyError:
-            raise AttributeError(self.name) from None
+            raise _no_attribute(spec, self.name) from None
+
+
+def _no_attribute(spec: Any, name: str) -> AttributeError:
+    """The error Python gives for an attribute ``spec`` does not have."""
+    return AttributeError(f'{type(spec).__name__!r} object has no attribute {name!r}')
 
 
 def instrument(data_spec_cls: type, family: Family) -> None:

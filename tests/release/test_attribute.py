@@ -307,6 +307,32 @@ def test_other_reads_are_pythons_own_on_0_27() -> None:
             spec.microbatch_transforms  # noqa: B018
 
 
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
+def test_a_subclass_that_defines_a_hook_name_is_told_the_shim_cannot_serve_it() -> None:
+    """Code written for 0.27+ that defines batch_transforms on its class: Python finds it before the shim's
+    descriptor, so the shim says so when such a DataSpec is built, once per class."""
+    from composer.core import DataSpec
+
+    class OwnHook(DataSpec):  # type: ignore[misc]
+        batch_transforms = None
+
+    with compatshim.enabled(), pytest.warns(compatshim.CompatShimWarning, match='OwnHook defines batch_transforms'):
+        OwnHook(loader(16), device_transforms=lambda batch: batch)
+
+
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the watch serves the hook names by descriptors')
+def test_the_watch_leaves_a_deleted_hook_name_to_python() -> None:
+    """With the shim off, the monitor's watch observes: a DataSpec whose batch_transforms was deleted fails in the
+    trainer as it does without compatshim (the shim's stand-in for a missing value is the shim's alone)."""
+    import compatshim.monitor  # noqa: F401 - its watch patches DataSpec
+
+    spec = _spec()
+    del spec.batch_transforms
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='1ba')
+    with pytest.raises(AttributeError, match="'DataSpec' object has no attribute 'batch_transforms'"):
+        t.fit()
+
+
 @NEEDS_PATCH
 def test_the_monitor_reports_an_assigned_transform() -> None:
     from compatshim.monitor import TransformMonitor
