@@ -166,10 +166,15 @@ def current_frame() -> Optional[LoopFrame]:
     return stack[-1] if stack else None
 
 
+#: The names of the lookups a read may pass through on its way to the shim's (a subclass's, another library's).
+_LOOKUPS = frozenset({'__getattribute__', '__get__'})
+
+
 def by_loop(reader: Optional[str] = None) -> bool:
     """Whether the attribute read (or the move) being served is the running loop's own: the first caller past
-    compatshim's own frames and any ``__getattribute__`` (a subclass's own, calling ``super()``) is in the loop's
-    reader module (Composer's trainer; outside any loop too), or ``reader`` where the caller has the running frame."""
+    compatshim's own frames and any ``__getattribute__`` or ``__get__`` (a subclass's own lookup calling ``super()``,
+    another library's descriptor over the shim's) is in the loop's reader module (Composer's trainer; outside any loop
+    too), or ``reader`` where the caller has the running frame."""
     if reader is None:
         running = current_frame()
         reader = TRAINER_MODULE if running is None else running.reader
@@ -178,7 +183,7 @@ def by_loop(reader: Optional[str] = None) -> bool:
         name: str = frame.f_globals.get('__name__', '')
         if name == reader:
             return True
-        if not name.startswith('compatshim.') and frame.f_code.co_name != '__getattribute__':
+        if not name.startswith('compatshim.') and frame.f_code.co_name not in _LOOKUPS:
             return False
         frame = frame.f_back
     return False

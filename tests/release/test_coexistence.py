@@ -14,10 +14,11 @@ from typing import Any, Callable
 
 import pytest
 import wrapt
-from conftest import IS_AFFECTED, NEEDS_PATCH, make_device
+from conftest import FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
 from workload import Probe, loader, trainer
 
 import compatshim
+from compatshim.config.support import Family
 
 pytestmark = [pytest.mark.device, pytest.mark.python]
 
@@ -236,3 +237,35 @@ def test_inert_wrapper_dropped_by_someone_else_is_not_revived() -> None:
     assert vars(owner)['_train_loop'].__wrapped__ is composer_loop and _one_step() == 'device'
     compatshim.disable()
     assert vars(owner)['_train_loop'] is composer_loop
+
+
+class Traced:
+    """A tracer's data descriptor over another (``__wrapped__``): counts the reads it passes on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.__wrapped__, self.reads = inner, 0
+
+    def __get__(self, spec: Any, owner: Any = None) -> Any:
+        if spec is None:
+            return self
+        self.reads += 1
+        return self.__wrapped__.__get__(spec, owner)
+
+    def __set__(self, spec: Any, value: Any) -> None:
+        self.__wrapped__.__set__(spec, value)
+
+
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the shim serves the hook names by descriptors')
+def test_a_descriptor_over_the_shims_hook_name_is_seen_through() -> None:
+    """Another library's descriptor put over the shim's ``batch_transforms`` (its ``__get__`` between the trainer and
+    the shim's): the trainer's read is still the trainer's, and the transform runs on the device."""
+    from composer.core import DataSpec
+
+    compatshim.enable()
+    ours = vars(DataSpec)['batch_transforms']
+    traced = Traced(ours)
+    DataSpec.batch_transforms = traced
+    try:
+        assert _one_step() == 'device' and traced.reads
+    finally:
+        DataSpec.batch_transforms = ours
