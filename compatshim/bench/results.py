@@ -395,10 +395,10 @@ class Store:
         self.root, self.kind = Path(root), kind
 
     def path(self, name: str) -> Path:
-        """Where the baseline ``name`` lives (``ValueError``: not a plain file name)."""
+        """Where the baseline ``name`` (``main`` or ``main.json``) lives; ``ValueError``: not a plain file name."""
         if not NAME.match(name):
             raise ValueError(f'{name!r} is not a baseline name; use letters, digits, ".", "_" and "-" (e.g. main)')
-        return self.root / f'{name}.json'
+        return self.root / (name if name.endswith('.json') else f'{name}.json')
 
     def absent(self, name: str) -> str:
         """What to say when there is no baseline ``name``: those there are, and the one a typo meant."""

@@ -38,6 +38,12 @@ def test_each_column_of_the_leg_table_has_its_own_heading() -> None:
     assert head.index('transform share') + len('transform share') == shim.index('%') + 1, (head, shim)
 
 
+def test_a_baseline_named_with_its_extension_is_that_file(tmp_path: Path) -> None:
+    """``--save main.json`` writes main.json (not main.json.json), and ``--compare main`` reads it."""
+    store = Store(tmp_path, PipelineResult)
+    assert store.path('main.json') == store.path('main') == tmp_path / 'main.json'
+
+
 def test_a_baseline_name_that_does_not_exist_lists_those_that_do(tmp_path: Path) -> None:
     """``--compare mian``: the baselines there, and the one a typo meant."""
     store = Store(tmp_path, PipelineResult)
