@@ -26,14 +26,13 @@ from typing import Any, Callable
 from compatshim.config.support import HOOKS, Family
 from compatshim.observe.slots import note
 from compatshim.shim import loops, notes, patching
-from compatshim.shim.data_spec import HookName, given
+from compatshim.shim.data_spec import HookName, given, make_lookup
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
 #: The watch's patches (``DataSpec.__init__`` and the hook names' lookup, the loops), kept in the process state.
 WATCH = STATE.watch
-_NAMES = frozenset(notes.TRANSFORM_NAMES)
 
 
 def _make_init(original: Callable[..., None], record: patching.Patch) -> Callable[..., None]:
@@ -46,18 +45,6 @@ def _make_init(original: Callable[..., None], record: patching.Patch) -> Callabl
             note(self, given(signature, args, kwargs))
 
     return __init__
-
-
-def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch) -> Callable[..., Any]:
-    del original  # called as record.original: the shim's patch set may splice it
-
-    def __getattribute__(self: Any, name: str) -> Any:
-        value = record.original(self, name)
-        if name in _NAMES and STATE.stage is None and record.active and loops.by_loop():
-            return notes.tapped(self, name, value)
-        return value
-
-    return __getattribute__
 
 
 def watch() -> None:
@@ -74,7 +61,8 @@ def watch() -> None:
                     tap = functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
                     WATCH.patch(DataSpec, name, tap)
             else:
-                WATCH.patch(DataSpec, '__getattribute__', _make_lookup)
+                lookup = functools.partial(make_lookup, names=HOOKS[Family.HOST], serve=notes.tapped, while_on=False)
+                WATCH.patch(DataSpec, '__getattribute__', lookup)
             loops.instrument(Trainer, WATCH)
 
 

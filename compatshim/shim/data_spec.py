@@ -27,7 +27,7 @@ from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.loops import by_loop
 from compatshim.shim.registry import STATE
 
-__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'targets']
+__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup', 'targets']
 
 
 def lookups(family: Family) -> tuple[str, ...]:
@@ -196,20 +196,30 @@ def _fallback(spec: Any, name: str) -> Any:
         return None
 
 
-def _make_lookup(original: Callable[[Any, str], Any], record: patching.Patch, family: Family) -> Callable[..., Any]:
+def make_lookup(
+    original: Callable[[Any, str], Any],
+    record: patching.Patch,
+    *,
+    names: tuple[str, ...],
+    serve: Callable[[Any, str, Any], Any],
+    while_on: bool,
+) -> Callable[..., Any]:
+    """``DataSpec.__getattribute__`` where the trainer reads ``device_transforms`` (up to 0.26), in a patch set's
+    ``record``: as :class:`HookName` serves one name on 0.27+, a read of ``names`` by the running loop, while the
+    shim's switch is ``while_on``, gets ``serve(spec, name, value)``; every other read what Python gives."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
-    hooked = frozenset(HOOKS[family])
+    hooked = frozenset(names)
 
     def __getattribute__(self: Any, name: str) -> Any:
-        if name not in hooked or STATE.stage is None or not record.active:
+        if name not in hooked or (STATE.stage is not None) is not while_on or not record.active:
             return record.original(self, name)
         try:
             value = record.original(self, name)
         except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base ``__init__``
-            if not by_loop():
+            if not while_on or not by_loop():  # only the shim stands in for a missing value: the watch observes
                 raise
-            return for_trainer(self, name, _fallback(self, name))
-        return for_trainer(self, name, value) if by_loop() else value
+            return serve(self, name, _fallback(self, name))
+        return serve(self, name, value) if by_loop() else value
 
     return __getattribute__
 
@@ -263,7 +273,8 @@ def instrument(data_spec_cls: type, family: Family) -> None:
     """Wrap ``DataSpec.__init__`` and the trainer's reads of its transform hooks for ``family``."""
     STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
     if family is Family.HOST:
-        STATE.patches.patch(data_spec_cls, '__getattribute__', functools.partial(_make_lookup, family=family))
+        lookup = functools.partial(make_lookup, names=HOOKS[family], serve=for_trainer, while_on=True)
+        STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
         return
     for name in HOOKS[family]:
         STATE.patches.patch(

@@ -275,8 +275,9 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: any other DataSpec attribute is Python's own; the doctor lists what enable() patched (shim/targets.py gone). Then
 #: by 6 for the doctor's list under the kill switch, and by 27 (shim/) for the descriptors' review: a subclass that
 #: defines a hook name itself is told, the watch never stands in for a missing one, Python's own error on del; and by
-#: 5 for the caller check seeing through another library's descriptor over the shim's.
-RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1521, 'compatshim': 7981}
+#: 5 for the caller check seeing through another library's descriptor over the shim's. Then shim/ by 11 and the
+#: package down by 1: one lookup maker (make_lookup) for the shim's and the watch's __getattribute__.
+RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1532, 'compatshim': 7980}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
