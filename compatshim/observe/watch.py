@@ -3,10 +3,10 @@
 * ``__init__``: after Composer (and the shim, if it is on) built the DataSpec, it writes down which transform
   arguments the DataSpec was given (:func:`compatshim.observe.slots.note`), so that the monitor can tell a transform
   Composer dropped (0.27–0.28) from one never given.
-* the trainer's reads of its transform hooks (``__getattribute__`` where the trainer reads ``device_transforms``; on
-  0.27+ a descriptor per hook name, :class:`~compatshim.shim.data_spec.HookName`, as the shim's): while the shim is off,
-  a read of a transform by Composer's trainer, on a DataSpec the monitor taps, gets the transform called through its
-  tap (:func:`compatshim.shim.notes.tapped`). Every other read — the user's own above all — gets what Python gives:
+* ``__getattribute__`` (:func:`~compatshim.shim.data_spec.make_lookup`, as the shim's up to 0.26; on every release,
+  so that a subclass's own property of a transform's name is seen too): while the shim is off, a read of a transform
+  by Composer's trainer, on a DataSpec the monitor taps, gets the transform called through its tap
+  (:func:`compatshim.shim.notes.tapped`). Every other read — the user's own above all — gets what Python gives:
   the monitor never changes what ``spec.device_transforms`` reads. (With the shim on, the shim's hooks call every
   transform through the taps themselves.)
 * the Trainer's train, eval and predict loops: each opens a loop frame naming its DataSpec
@@ -23,15 +23,14 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from compatshim.config.support import HOOKS, Family
 from compatshim.observe.slots import note
 from compatshim.shim import loops, notes, patching
-from compatshim.shim.data_spec import HookName, given, make_lookup
+from compatshim.shim.data_spec import given, make_lookup
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
-#: The watch's patches (``DataSpec.__init__`` and the hook names' lookup, the loops), kept in the process state.
+#: The watch's patches (``DataSpec.__init__`` and ``__getattribute__``, the loops), kept in the process state.
 WATCH = STATE.watch
 
 
@@ -56,13 +55,8 @@ def watch() -> None:
     with STATE.lock:
         if (DataSpec, '__init__') not in WATCH:
             WATCH.patch(DataSpec, '__init__', _make_init)
-            if 'batch_transforms' in inspect.signature(DataSpec.__init__).parameters:  # 0.27+: the shim's shape
-                for name in HOOKS[Family.REJECTED]:
-                    tap = functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
-                    WATCH.patch(DataSpec, name, tap)
-            else:
-                lookup = functools.partial(make_lookup, names=HOOKS[Family.HOST], serve=notes.tapped, while_on=False)
-                WATCH.patch(DataSpec, '__getattribute__', lookup)
+            lookup = functools.partial(make_lookup, names=notes.TRANSFORM_NAMES, serve=notes.tapped, while_on=False)
+            WATCH.patch(DataSpec, '__getattribute__', lookup)
             loops.instrument(Trainer, WATCH)
 
 

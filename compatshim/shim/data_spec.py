@@ -150,18 +150,18 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
         if family is not Family.HOST and type(self) is not record.owner:
-            _warn_own_hook_names(type(self), family)
+            _warn_own_hook_names(type(self), record.owner, family)
 
     return __init__
 
 
-def _warn_own_hook_names(cls: type, family: Family) -> None:
-    """Warn, once per class and name, where a DataSpec subclass defines a hook name of 0.27+ itself (code written for
-    0.27+): Python finds it before the shim's descriptor, so the trainer's read of it never reaches the shim."""
+def _warn_own_hook_names(cls: type, base: type, family: Family) -> None:
+    """Warn, once per class and name, where a subclass of ``base`` (``DataSpec``) defines a hook name of 0.27+ itself
+    (code written for 0.27+): Python finds it before the shim's descriptor, so the trainer's read never reaches it."""
     for name in HOOKS[family]:
-        found = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        definer = next((k for k in cls.__mro__ if name in vars(k)), base)
         key = f'own-hook:{cls.__module__}.{cls.__qualname__}.{name}'
-        if isinstance(found, HookName) or key in STATE.warned:
+        if definer is base or not issubclass(definer, base) or key in STATE.warned:
             continue
         STATE.warned.add(key)
         warnings.warn(
@@ -169,7 +169,7 @@ def _warn_own_hook_names(cls: type, family: Family) -> None:
             f'device_transforms of its DataSpecs do not run on the device. Assign {name} in __init__ or pass it as an '
             'argument instead of defining it on the class.',
             CompatShimWarning,
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -204,9 +204,9 @@ def make_lookup(
     serve: Callable[[Any, str, Any], Any],
     while_on: bool,
 ) -> Callable[..., Any]:
-    """``DataSpec.__getattribute__`` where the trainer reads ``device_transforms`` (up to 0.26), in a patch set's
-    ``record``: as :class:`HookName` serves one name on 0.27+, a read of ``names`` by the running loop, while the
-    shim's switch is ``while_on``, gets ``serve(spec, name, value)``; every other read what Python gives."""
+    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the shim's up to 0.26, the monitor's watch on every
+    release): a read of ``names`` by the running loop, while the shim's switch is ``while_on``, gets
+    ``serve(spec, name, value)``; every other read gets what Python gives."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
     hooked = frozenset(names)
 
@@ -225,32 +225,28 @@ def make_lookup(
 
 
 class HookName:
-    """A data descriptor for one hook name the trainer reads on 0.27+, in a patch set's ``record``: the value lives in
-    the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while the shim's
-    switch is ``while_on`` (the shim's descriptor: on; the monitor's watch: off), gets ``serve(spec, name, value)``;
-    any other read gets the value (through the other patch set's descriptor beneath, which may serve it), or Python's
-    ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
+    """A data descriptor for one hook name the trainer reads on 0.27+, in the shim's patch ``record``: the value lives
+    in the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it (or in a descriptor of another library's
+    that was there before). A read by the running loop while the shim is on gets :func:`for_trainer`'s hook; any other
+    read gets the value, or Python's ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
 
-    def __init__(
-        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any], while_on: bool
-    ) -> None:
+    def __init__(self, original: Any, record: patching.Patch, *, name: str) -> None:
         del original  # read as record.original: another of compatshim's patch sets may splice it
-        self.name, self.record, self.serve, self.while_on = name, record, serve, while_on
+        self.name, self.record = name, record
         self.__wrapped__ = record.original
 
     def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
         if spec is None:
             return self
-        name = self.name
-        value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
-        missing = value is patching.MISSING_ATTRIBUTE  # only the shim stands in for it: the watch observes
-        serving = self.record.active and (STATE.stage is not None) is self.while_on and (self.while_on or not missing)
-        if serving and by_loop():
-            return self.serve(spec, name, _fallback(spec, name) if missing else value)
-        below = self.record.original
-        if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's, which may serve this read
-            return below.__get__(spec, owner)
-        if missing:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
+        below, name = self.record.original, self.name
+        try:
+            value = notes.own(spec)[name] if below is patching.MISSING_ATTRIBUTE else below.__get__(spec, owner)
+        except (KeyError, AttributeError):  # ``del spec.batch_transforms``, or a subclass that never ran __init__
+            value = patching.MISSING_ATTRIBUTE
+        missing = value is patching.MISSING_ATTRIBUTE
+        if self.record.active and STATE.stage is not None and by_loop():
+            return for_trainer(spec, name, _fallback(spec, name) if missing else value)
+        if missing:
             raise _no_attribute(spec, name)
         return value
 
@@ -277,6 +273,4 @@ def instrument(data_spec_cls: type, family: Family) -> None:
         STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
         return
     for name in HOOKS[family]:
-        STATE.patches.patch(
-            data_spec_cls, name, functools.partial(HookName, name=name, serve=for_trainer, while_on=True)
-        )
+        STATE.patches.patch(data_spec_cls, name, functools.partial(HookName, name=name))

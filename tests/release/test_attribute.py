@@ -288,12 +288,13 @@ def test_disable_restores_the_class_exactly() -> None:
 
 @pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
 def test_other_reads_are_pythons_own_on_0_27() -> None:
-    """With the shim on and the monitor imported, no Python lookup stands between a read and a DataSpec's attribute:
-    only the hook names are served, each by a descriptor; a user's read of one outside a loop is the value itself."""
+    """With the shim on (and no monitor), no Python lookup stands between a read and a DataSpec's attribute: only the
+    hook names are served, each by a descriptor; a user's read of one outside a loop is the value itself."""
     from composer.core import DataSpec
 
-    import compatshim.monitor
+    from compatshim.observe.watch import unwatch
 
+    unwatch()  # the monitor's watch, armed by an earlier test, has a lookup of its own
     with compatshim.enabled():
         spec = _spec(lambda batch: batch)
         assert DataSpec.__getattribute__ is object.__getattribute__
@@ -320,16 +321,17 @@ def test_a_subclass_that_defines_a_hook_name_is_told_the_shim_cannot_serve_it() 
         OwnHook(loader(16), device_transforms=lambda batch: batch)
 
 
-@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the watch serves the hook names by descriptors')
 def test_the_watch_leaves_a_deleted_hook_name_to_python() -> None:
-    """With the shim off, the monitor's watch observes: a DataSpec whose batch_transforms was deleted fails in the
-    trainer as it does without compatshim (the shim's stand-in for a missing value is the shim's alone)."""
-    import compatshim.monitor  # noqa: F401 - its watch patches DataSpec
+    """With the shim off, the monitor's watch observes: a DataSpec whose hook name the trainer reads was deleted fails
+    in the trainer as it does without compatshim (the shim's stand-in for a missing value is the shim's alone)."""
+    from compatshim.observe.watch import watch
 
+    watch()
+    name = 'batch_transforms' if FAMILY in (Family.DROPPED, Family.REJECTED) else 'device_transforms'
     spec = _spec()
-    del spec.batch_transforms
+    delattr(spec, name)
     t, _ = trainer(make_device(), train_dataloader=spec, max_duration='1ba')
-    with pytest.raises(AttributeError, match="'DataSpec' object has no attribute 'batch_transforms'"):
+    with pytest.raises(AttributeError, match=f"'DataSpec' object has no attribute '{name}'"):
         t.fit()
 
 
