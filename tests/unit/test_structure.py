@@ -134,12 +134,11 @@ def test_a_layer_imports_nothing_above_it(layer: str, above: tuple[str, ...]) ->
 def test_the_monitor_taps_through_the_notes_and_nobody_reads_its_internals() -> None:
     """The monitor knows nothing of the shim's hooks (it taps through ``compatshim.observe.slots.tap``), imports nothing
     private of ``_transforms`` or ``patches``, and no other module reads its ``_watched``."""
-    tree = ast.parse(MODULES['compatshim.monitor'].read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            assert not node.module.startswith('compatshim.shim.hooks'), node.module
-            if node.module.startswith('compatshim.shim.data_spec'):
-                assert all(not alias.name.startswith('_') for alias in node.names), ast.dump(node)
+    for name in [n for n in MODULES if n == 'compatshim.monitor' or n.startswith('compatshim.observe.')]:
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('compatshim.shim.'):
+                assert not node.module.startswith('compatshim.shim.hooks'), (name, node.module)
+                assert all(not alias.name.startswith('_') for alias in node.names), (name, ast.dump(node))
     source = MODULES['compatshim.monitor'].read_text()
     assert 'BatchHook' not in source and 'MicrobatchHook' not in source
     readers = [
@@ -276,8 +275,9 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: by 6 for the doctor's list under the kill switch, and by 27 (shim/) for the descriptors' review: a subclass that
 #: defines a hook name itself is told, the watch never stands in for a missing one, Python's own error on del; and by
 #: 5 for the caller check seeing through another library's descriptor over the shim's. Then shim/ by 11 and the
-#: package down by 1: one lookup maker (make_lookup) for the shim's and the watch's __getattribute__.
-RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1532, 'compatshim': 7980}
+#: package down by 1: one lookup maker (make_lookup) for the shim's and the watch's __getattribute__. Lowered when the
+#: watch went back to its __getattribute__ on every release (HookName is the shim's alone).
+RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1526, 'compatshim': 7968}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
