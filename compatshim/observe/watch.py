@@ -3,9 +3,10 @@
 * ``__init__``: after Composer (and the shim, if it is on) built the DataSpec, it writes down which transform
   arguments the DataSpec was given (:func:`compatshim.observe.slots.note`), so that the monitor can tell a transform
   Composer dropped (0.27–0.28) from one never given.
-* ``__getattribute__`` (:func:`~compatshim.shim.data_spec.make_lookup`, as the shim's up to 0.26; on every release,
-  so that a subclass's own property of a transform's name is seen too): while the shim is off, a read of a transform
-  by Composer's trainer, on a DataSpec the monitor taps, gets the transform called through its tap
+* the trainer's reads of its transform hooks (``__getattribute__``, :func:`~compatshim.shim.data_spec.make_lookup`,
+  up to 0.26; on 0.27+ a descriptor per hook name, :class:`~compatshim.shim.data_spec.HookName`, as the shim's, and the
+  lookup too once a subclass defines a hook name itself): while the shim is off, a read of a transform by Composer's
+  trainer, on a DataSpec the monitor taps, gets the transform called through its tap
   (:func:`compatshim.shim.notes.tapped`). Every other read — the user's own above all — gets what Python gives:
   the monitor never changes what ``spec.device_transforms`` reads. (With the shim on, the shim's hooks call every
   transform through the taps themselves.)
@@ -23,14 +24,15 @@ import functools
 import inspect
 from typing import Any, Callable
 
+from compatshim.config.support import HOOKS, Family, family_of, installed
 from compatshim.observe.slots import note
 from compatshim.shim import loops, notes, patching
-from compatshim.shim.data_spec import given, make_lookup
+from compatshim.shim.data_spec import HookName, given, make_lookup, own_hook_names
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
 
-#: The watch's patches (``DataSpec.__init__`` and ``__getattribute__``, the loops), kept in the process state.
+#: The watch's patches (``DataSpec.__init__`` and the hook names' lookup, the loops), kept in the process state.
 WATCH = STATE.watch
 
 
@@ -42,8 +44,23 @@ def _make_init(original: Callable[..., None], record: patching.Patch) -> Callabl
         record.original(self, *args, **kwargs)
         if record.active:
             note(self, given(signature, args, kwargs))
+            if type(self) is not record.owner and own_hook_names(type(self), record.owner, HOOKS[Family.REJECTED]):
+                _look_up(record.owner)  # its class hides the descriptors: the lookup sees its reads
 
     return __init__
+
+
+def _look_up(data_spec_cls: type) -> None:
+    """The watch's ``__getattribute__`` on ``DataSpec`` (once)."""
+    with STATE.lock:
+        if (data_spec_cls, '__getattribute__') not in WATCH:
+            lookup = functools.partial(make_lookup, names=notes.TRANSFORM_NAMES, serve=notes.tapped, while_on=False)
+            WATCH.patch(data_spec_cls, '__getattribute__', lookup)
+
+
+def _takes_batch_transforms(data_spec_cls: type) -> bool:
+    """A release outside the table (a dev build), or none at all: its ``DataSpec`` takes 0.27+'s arguments."""
+    return 'batch_transforms' in inspect.signature(vars(data_spec_cls)['__init__']).parameters
 
 
 def watch() -> None:
@@ -55,8 +72,14 @@ def watch() -> None:
     with STATE.lock:
         if (DataSpec, '__init__') not in WATCH:
             WATCH.patch(DataSpec, '__init__', _make_init)
-            lookup = functools.partial(make_lookup, names=notes.TRANSFORM_NAMES, serve=notes.tapped, while_on=False)
-            WATCH.patch(DataSpec, '__getattribute__', lookup)
+            version = installed('mosaicml')
+            family = family_of(version) if version else None
+            if family in (Family.DROPPED, Family.REJECTED) or (family is None and _takes_batch_transforms(DataSpec)):
+                for name in HOOKS[Family.REJECTED]:  # 0.27+: a descriptor per hook name, as the shim's
+                    tap = functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
+                    WATCH.patch(DataSpec, name, tap)
+            else:
+                _look_up(DataSpec)
             loops.instrument(Trainer, WATCH)
 
 

@@ -27,7 +27,7 @@ from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.loops import by_loop
 from compatshim.shim.registry import STATE
 
-__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup', 'targets']
+__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup', 'own_hook_names', 'targets']
 
 
 def lookups(family: Family) -> tuple[str, ...]:
@@ -155,13 +155,19 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
     return __init__
 
 
+def own_hook_names(cls: type, base: type, names: tuple[str, ...]) -> list[str]:
+    """The ``names`` a class between ``cls`` and ``base`` (``DataSpec``) defines itself (code written for 0.27+):
+    Python finds them before a descriptor on ``base``."""
+    definers = [next((k for k in cls.__mro__ if name in vars(k)), base) for name in names]
+    return [name for name, k in zip(names, definers) if k is not base and issubclass(k, base)]
+
+
 def _warn_own_hook_names(cls: type, base: type, family: Family) -> None:
-    """Warn, once per class and name, where a subclass of ``base`` (``DataSpec``) defines a hook name of 0.27+ itself
-    (code written for 0.27+): Python finds it before the shim's descriptor, so the trainer's read never reaches it."""
-    for name in HOOKS[family]:
-        definer = next((k for k in cls.__mro__ if name in vars(k)), base)
+    """Warn, once per class and name, where a subclass defines a hook name of 0.27+: the trainer's read of it never
+    reaches the shim's descriptor."""
+    for name in own_hook_names(cls, base, HOOKS[family]):
         key = f'own-hook:{cls.__module__}.{cls.__qualname__}.{name}'
-        if definer is base or not issubclass(definer, base) or key in STATE.warned:
+        if key in STATE.warned:
             continue
         STATE.warned.add(key)
         warnings.warn(
@@ -204,9 +210,9 @@ def make_lookup(
     serve: Callable[[Any, str, Any], Any],
     while_on: bool,
 ) -> Callable[..., Any]:
-    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the shim's up to 0.26, the monitor's watch on every
-    release): a read of ``names`` by the running loop, while the shim's switch is ``while_on``, gets
-    ``serve(spec, name, value)``; every other read gets what Python gives."""
+    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the shim's and the watch's up to 0.26; on 0.27+ the
+    watch's once a subclass defines a hook name itself): a read of ``names`` by the running loop, while the shim's
+    switch is ``while_on``, gets ``serve(spec, name, value)``; every other read gets what Python gives."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
     hooked = frozenset(names)
 
@@ -225,28 +231,32 @@ def make_lookup(
 
 
 class HookName:
-    """A data descriptor for one hook name the trainer reads on 0.27+, in the shim's patch ``record``: the value lives
-    in the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it (or in a descriptor of another library's
-    that was there before). A read by the running loop while the shim is on gets :func:`for_trainer`'s hook; any other
-    read gets the value, or Python's ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
+    """A data descriptor for one hook name the trainer reads on 0.27+, in a patch set's ``record``: the value lives in
+    the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while the shim's
+    switch is ``while_on`` (the shim's descriptor: on; the monitor's watch: off), gets ``serve(spec, name, value)``;
+    any other read gets the value (through the other patch set's descriptor beneath, which may serve it), or Python's
+    ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
 
-    def __init__(self, original: Any, record: patching.Patch, *, name: str) -> None:
+    def __init__(
+        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any], while_on: bool
+    ) -> None:
         del original  # read as record.original: another of compatshim's patch sets may splice it
-        self.name, self.record = name, record
+        self.name, self.record, self.serve, self.while_on = name, record, serve, while_on
         self.__wrapped__ = record.original
 
     def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
         if spec is None:
             return self
-        below, name = self.record.original, self.name
-        try:
-            value = notes.own(spec)[name] if below is patching.MISSING_ATTRIBUTE else below.__get__(spec, owner)
-        except (KeyError, AttributeError):  # ``del spec.batch_transforms``, or a subclass that never ran __init__
-            value = patching.MISSING_ATTRIBUTE
-        missing = value is patching.MISSING_ATTRIBUTE
-        if self.record.active and STATE.stage is not None and by_loop():
-            return for_trainer(spec, name, _fallback(spec, name) if missing else value)
-        if missing:
+        name = self.name
+        value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
+        missing = value is patching.MISSING_ATTRIBUTE  # only the shim stands in for it: the watch observes
+        serving = self.record.active and (STATE.stage is not None) is self.while_on and (self.while_on or not missing)
+        if serving and by_loop():
+            return self.serve(spec, name, _fallback(spec, name) if missing else value)
+        below = self.record.original
+        if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's (or a library's), which may serve it
+            return below.__get__(spec, owner)
+        if missing:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
             raise _no_attribute(spec, name)
         return value
 
@@ -273,4 +283,5 @@ def instrument(data_spec_cls: type, family: Family) -> None:
         STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
         return
     for name in HOOKS[family]:
-        STATE.patches.patch(data_spec_cls, name, functools.partial(HookName, name=name))
+        served = functools.partial(HookName, name=name, serve=for_trainer, while_on=True)
+        STATE.patches.patch(data_spec_cls, name, served)

@@ -321,6 +321,31 @@ def test_a_subclass_that_defines_a_hook_name_is_told_the_shim_cannot_serve_it() 
         OwnHook(loader(16), device_transforms=lambda batch: batch)
 
 
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the watch taps the hook names by descriptors')
+def test_the_monitor_sees_a_hook_name_a_subclass_serves_itself() -> None:
+    """With the shim off, a subclass written for 0.27+ whose property serves batch_transforms hides the watch's
+    descriptor: the watch adds its lookup when such a DataSpec is built, and the monitor still sees the calls."""
+    from composer.core import DataSpec
+
+    from compatshim.monitor import TransformMonitor
+
+    class PropSpec(DataSpec):  # type: ignore[misc]
+        @property
+        def batch_transforms(self) -> Any:
+            return self._batch_transforms
+
+        @batch_transforms.setter
+        def batch_transforms(self, value: Any) -> None:
+            self._batch_transforms = value
+
+    probe, monitor = Probe(), TransformMonitor()
+    spec = PropSpec(loader(16), batch_transforms=probe)
+    t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor])
+    t.fit()
+    seen = monitor.summaries[-1].transforms['batch_transforms']
+    assert (seen.where, seen.calls) == ('host', len(probe.calls)) == ('host', 2), monitor.summaries[-1].line
+
+
 def test_the_watch_leaves_a_deleted_hook_name_to_python() -> None:
     """With the shim off, the monitor's watch observes: a DataSpec whose hook name the trainer reads was deleted fails
     in the trainer as it does without compatshim (the shim's stand-in for a missing value is the shim's alone)."""
