@@ -268,17 +268,11 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: outside trial, and the monitor's view of a DataSpec moved out of the shim's notes into observe/slots.py; the
 #: bench's hook probe moving as the trainer does; the monitor's note reading no property. Lowered at issue 53's
 #: second pass (the loop frame naming its DataSpec, one block switch, one-use helpers and restated docstrings gone).
-#: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met. Raised by 4 when the loop frame took back its
-#: step reset (new_step), which the hook had inlined to save a call per batch. Raised by 43 (shim/) for issue 53's
-#: attribute cost: on 0.27+ the hook names are data descriptors (HookName), the shim's and the watch's, so a read of
-#: any other DataSpec attribute is Python's own; the doctor lists what enable() patched (shim/targets.py gone). Then
-#: by 6 for the doctor's list under the kill switch, and by 27 (shim/) for the descriptors' review: a subclass that
-#: defines a hook name itself is told, the watch never stands in for a missing one, Python's own error on del; and by
-#: 5 for the caller check seeing through another library's descriptor over the shim's. Then shim/ by 11 and the
-#: package down by 1: one lookup maker (make_lookup) for the shim's and the watch's __getattribute__. Lowered when the
-#: watch went back to its __getattribute__ on every release (HookName is the shim's alone). Raised by 11 (shim/) and
-#: 34 when the watch's descriptors came back on 0.27+, with its lookup added once a subclass defines a hook name
-#: itself (one finder of such names, own_hook_names, for the shim's warning and the watch).
+#: Issue 53's targets (compatshim/ 7,000, bench/ 2,550) are not met. Raised at its third pass for: the loop frame's
+#: own step reset; on 0.27+ the hook names served by data descriptors (HookName: a read of any other attribute is
+#: Python's own), the watch's lookup only where a subclass defines a hook name itself (own_hook_names, also behind
+#: the shim's warning of such a class) and one make_lookup for the shim's and the watch's __getattribute__; the caller
+#: check seeing through another library's descriptor; the doctor's list of targets by family.
 RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1537, 'compatshim': 8002}
 
 
