@@ -27,7 +27,7 @@ from typing import Any, Callable
 from compatshim.config.support import HOOKS, Family, family_of, installed
 from compatshim.observe.slots import note
 from compatshim.shim import loops, notes, patching
-from compatshim.shim.data_spec import HookName, given, make_lookup, own_hook_names
+from compatshim.shim.data_spec import HookName, given, lookups, make_lookup, own_hook_names
 from compatshim.shim.registry import STATE
 
 __all__ = ['WATCH', 'unwatch', 'watch']
@@ -59,7 +59,7 @@ def _look_up(data_spec_cls: type) -> None:
 
 
 def _takes_batch_transforms(data_spec_cls: type) -> bool:
-    """A release outside the table (a dev build), or none at all: its ``DataSpec`` takes 0.27+'s arguments."""
+    """Whether ``DataSpec`` takes 0.27+'s arguments (for a release the support table does not name)."""
     return 'batch_transforms' in inspect.signature(vars(data_spec_cls)['__init__']).parameters
 
 
@@ -74,12 +74,15 @@ def watch() -> None:
             WATCH.patch(DataSpec, '__init__', _make_init)
             version = installed('mosaicml')
             family = family_of(version) if version else None
-            if family in (Family.DROPPED, Family.REJECTED) or (family is None and _takes_batch_transforms(DataSpec)):
-                for name in HOOKS[Family.REJECTED]:  # 0.27+: a descriptor per hook name, as the shim's
-                    tap = functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
-                    WATCH.patch(DataSpec, name, tap)
-            else:
-                _look_up(DataSpec)
+            if family is None:  # 0.24.1, or a release outside the table: read from DataSpec's arguments
+                family = Family.REJECTED if _takes_batch_transforms(DataSpec) else Family.HOST
+            for name in lookups(family):  # what serves the trainer's reads, as for the shim
+                if name == '__getattribute__':
+                    _look_up(DataSpec)
+                else:
+                    WATCH.patch(
+                        DataSpec, name, functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
+                    )
             loops.instrument(Trainer, WATCH)
 
 
