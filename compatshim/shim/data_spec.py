@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 import warnings
 from typing import Any, Callable, Optional
 
@@ -24,7 +25,7 @@ from compatshim.config.support import HOOKS, Family
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
-from compatshim.shim.loops import by_loop
+from compatshim.shim.loops import by_loop, current_frame
 from compatshim.shim.registry import STATE
 
 __all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup', 'own_hook_names', 'targets']
@@ -181,15 +182,39 @@ def _warn_own_hook_names(cls: type, base: type, family: Family) -> None:
 
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
     """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
-    resolves to."""
+    resolves to. A loop's reads of its own DataSpec get the hook its last read got while ``value`` and the stage are
+    the same: no object is made at every read (a long fit collects no more garbage than without the shim)."""
     stage = notes.stage_of(spec)
     if stage is None:  # left to Composer: the monitor's taps only
         return notes.tapped(spec, name, value)
+    frame = current_frame()
+    hooks = None if frame is None or frame.spec is not spec else frame.hooks
+    held = None if hooks is None else hooks.get(name)
+    if held is not None and held[1] == stage and _same(held[0], value):
+        return held[2]
+    hook: Any
     if name == 'device_transforms':  # 0.25–0.26
-        return BatchHook(spec, None, value, stage)
-    if name == 'batch_transforms':
-        return BatchHook(spec, value, None, stage)
-    return MicrobatchHook(spec, value, stage)
+        hook = BatchHook(spec, None, value, stage)
+    elif name == 'batch_transforms':
+        hook = BatchHook(spec, value, None, stage)
+    else:
+        hook = MicrobatchHook(spec, value, stage)
+    if hooks is not None:
+        hooks[name] = (value, stage, hook)
+    return hook
+
+
+def _same(held: Any, value: Any) -> bool:
+    """Whether a read resolved to what an earlier one did: the same object, or the same method bound to the same
+    object (each read of a method makes a new bound method)."""
+    if held is value:
+        return True
+    return (
+        type(held) is types.MethodType
+        and type(value) is types.MethodType
+        and held.__func__ is value.__func__
+        and held.__self__ is value.__self__
+    )
 
 
 def _fallback(spec: Any, name: str) -> Any:

@@ -73,7 +73,7 @@ class BatchHook(TapsInside):
         assert transform is not None
         if frame.mode == 'predict':
             return call(spec, 'device_transforms', transform, batch)  # 0.25–0.26 predict moves the whole batch first
-        frame.arm(lambda microbatch: call(spec, 'device_transforms', transform, microbatch))
+        frame.arm(spec, transform)
         return batch
 
     def __repr__(self) -> str:

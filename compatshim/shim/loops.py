@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any, Callable, Optional
 
 from compatshim.shim import patching
-from compatshim.shim.notes import TRAINER_MODULE, kind, spec_name, transform_name
+from compatshim.shim.notes import TRAINER_MODULE, call, kind, spec_name, transform_name
 from compatshim.shim.registry import STATE
 
 __all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame']
@@ -43,8 +43,12 @@ class LoopFrame:
     spec: Any = None
     #: The module whose reads of a DataSpec's hooks, and whose moves, are this loop's (:func:`by_loop`).
     reader: str = TRAINER_MODULE
-    #: 0.25–0.26, stage microbatch: the transform run after each move by this frame's device.
+    #: 0.25–0.26, stage microbatch: the transform run after each move by this frame's device, and its DataSpec.
     armed: Optional[Callable[[Batch], Batch]] = None
+    armed_by: Any = None
+    #: The hooks this loop's reads of its DataSpec's hook names were served, by name, with what each was made from
+    #: (the value the read resolved to, the stage): made once, not at every read (:func:`served`).
+    hooks: dict[str, tuple[Any, Optional[str], Any]] = dataclasses.field(default_factory=dict)
     #: Stage batch: the shim moved this step's batch; the loop's later moves in the step leave it as it is.
     passed: bool = False
     #: Stage batch: the transform that changed its batch's structure in this step, both structures and its DataSpec,
@@ -81,9 +85,10 @@ class LoopFrame:
         else:  # Python < 3.11, where tracebacks do not show them: ``__notes__`` alone
             exc.__notes__ = [*getattr(exc, '__notes__', ()), text]  # type: ignore[attr-defined]
 
-    def arm(self, transform: Callable[[Batch], Batch]) -> None:
-        """Run ``transform`` after every move this frame's device makes until the frame closes."""
-        self.armed = transform
+    def arm(self, spec: Any, transform: Callable[[Batch], Batch]) -> None:
+        """Run ``spec``'s ``transform`` (through its taps) after every move this frame's device makes until the frame
+        closes."""
+        self.armed, self.armed_by = transform, spec
         self._interpose()
 
     def _interpose(self) -> None:
@@ -150,7 +155,10 @@ class _Interposer:
         if frame.passed and by_loop(frame.reader):
             return batch
         moved = self.move(batch)
-        return moved if frame.armed is None or not by_loop(frame.reader) else frame.armed(moved)
+        armed = frame.armed
+        if armed is None or not by_loop(frame.reader):
+            return moved
+        return call(frame.armed_by, 'device_transforms', armed, moved)
 
 
 def _stack() -> list[LoopFrame]:

@@ -107,10 +107,14 @@ def leave_to_composer(spec: Any) -> None:
     own(spec)[STAGE_ATTRIBUTE] = COMPOSERS
 
 
+#: No taps (one object: a read makes none).
+_NONE: dict[str, Any] = {}
+
+
 def call(spec: Any, name: str, transform: Callable[[Any], Any], batch: Any) -> Any:
     """``transform(batch)``, through ``spec``'s tap of ``name`` if it has one."""
     taps = STATE.taps
-    tapping = taps.get(id(spec), {}).get(name) if taps else None
+    tapping = taps.get(id(spec), _NONE).get(name) if taps else None
     return transform(batch) if tapping is None else tapping.call(transform, batch)
 
 

@@ -287,3 +287,30 @@ def test_after_dataloader_algorithm_sees_the_device_batch(leg: str) -> None:
         precision='fp32',
     ).fit()
     assert algorithm.seen == ['device', 'device']
+
+
+@NEEDS_PATCH
+def test_a_loops_reads_of_the_hook_names_make_no_object_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer reads a hook name at every batch (0.27+: two names, per microbatch); the shim serves each loop's
+    reads the hook it made at the first one, while the transform and the stage stay the same."""
+    from compatshim.shim import hooks
+
+    made: collections.Counter[str] = collections.Counter()
+    for cls in (hooks.BatchHook, hooks.MicrobatchHook):
+        original = cls.__init__
+
+        def counted(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> None:
+            made[type(self).__name__] += 1
+            _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, '__init__', counted)
+    compatshim.enable()
+    probe = Probe()
+    t, _ = trainer(
+        make_device(), train_dataloader=_spec(probe, dataloader=loader(96, 8)), max_duration='1ep',
+        device_train_microbatch_size=4,
+    )  # fmt: skip
+    t.fit()
+    assert len(probe.calls) == 12, 'the transform did not run once per batch'
+    assert sum(made.values()) <= 2, f'hooks made for 12 batches of 2 microbatches: {dict(made)}'
+
