@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -29,28 +29,51 @@ ON_ACCELERATOR = '_compatshim_on_accelerator'
 
 def is_on_device(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is on an accelerator: any device but the host (cuda, mps, xla, ...), or the CPU fake one."""
-    return getattr(type(tensor), ON_ACCELERATOR, False) or on_accelerator_memory(tensor)
+    kind = type(tensor)
+    if kind is not torch.Tensor and getattr(kind, ON_ACCELERATOR, False):
+        return True
+    return not tensor.is_cpu  # not ``tensor.device.type``, which makes a device object (0.5 µs a tensor)
 
 
 def tensors(batch: Any) -> list[torch.Tensor]:
-    """Every tensor in ``batch``: nested mappings, lists and tuples are searched, other leaves ignored."""
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, Mapping):  # as Composer moves them: any mapping (Hugging Face's BatchEncoding is a UserDict)
-        return [t for v in batch.values() for t in tensors(v)]
-    if isinstance(batch, (list, tuple)):
-        return [t for v in batch for t in tensors(v)]
-    return []
+    """Every tensor in ``batch``, in order, where Composer's ``Device.batch_to_device`` finds them: nested mappings and
+    sequences (not strings or bytes) are searched, other leaves ignored."""
+    found: list[torch.Tensor] = []
+    _collect(batch, found)
+    return found
+
+
+def _collect(batch: Any, found: list[torch.Tensor]) -> None:
+    kind = type(batch)
+    if kind is list or kind is tuple:  # the common containers first: an ABC check costs more than the rest
+        for item in batch:
+            _collect(item, found)
+    elif kind is dict:
+        for item in batch.values():
+            _collect(item, found)
+    elif isinstance(batch, torch.Tensor):
+        found.append(batch)
+    elif isinstance(batch, Mapping):  # as Composer moves them: any mapping (Hugging Face's BatchEncoding is a UserDict)
+        for item in batch.values():
+            _collect(item, found)
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        for item in batch:
+            _collect(item, found)
 
 
 def placement(batch: Any) -> Placement:
     """``device`` if every tensor in ``batch`` (:func:`tensors`) is on an accelerator, ``host`` if none is, else
     ``mixed``; ``empty`` if it holds none."""
     found = tensors(batch)
-    if not found:
-        return Placement.EMPTY
-    on = [is_on_device(t) for t in found]
-    return Placement.DEVICE if all(on) else Placement.HOST if not any(on) else Placement.MIXED
+    on = sum(1 for t in found if is_on_device(t))
+    return _placed(on, len(found) - on)
+
+
+def _placed(on: int, off: int) -> Placement:
+    """The placement of a batch with ``on`` tensors on an accelerator and ``off`` on the host."""
+    if not on:
+        return Placement.HOST if off else Placement.EMPTY
+    return Placement.MIXED if off else Placement.DEVICE
 
 
 def summarize_places(places: collections.Counter[Placement]) -> Placement:
@@ -135,11 +158,18 @@ class Tap:
 
     The monitor's taps are called through :meth:`call`; given a ``transform``, the tap is also a callable standing for
     it. ``clock``: :func:`clock_for` (default: the host's CPU time); ``keep``: also keep every call's placement, in
-    order, in :attr:`seen`.
+    order, in :attr:`seen`; ``placed``: how it reads where a batch is (the monitor's: from the device's last move,
+    :meth:`MoveCounter.placement`).
     """
 
-    def __init__(self, transform: Optional[Callable[[Any], Any]] = None, clock: Any = None, keep: bool = False) -> None:
-        self.transform = transform
+    def __init__(
+        self,
+        transform: Optional[Callable[[Any], Any]] = None,
+        clock: Any = None,
+        keep: bool = False,
+        placed: Callable[[Any], Placement] = placement,
+    ) -> None:
+        self.transform, self.placed = transform, placed
         if transform is not None:
             self.__wrapped__ = transform
             self.__qualname__ = notes.transform_name(transform)
@@ -153,7 +183,7 @@ class Tap:
 
     def call(self, transform: Callable[[Any], Any], batch: Any) -> Any:
         """``transform(batch)``, counted and timed in the current window."""
-        window, where = self.window, placement(batch)
+        window, where = self.window, self.placed(batch)
         window.calls += 1
         window.places[where] += 1
         if self.seen is not None:
@@ -174,34 +204,84 @@ class Tap:
 
 
 class MoveCounter:
-    """Counts the bytes, by dtype, of the host tensors a Composer ``Device`` moves (``tensor_to_device``), once
-    :meth:`install` has put the counting move on that device *instance* (the class is untouched)."""
+    """What a Composer ``Device`` moves, counted where its own move walks the batch, once :meth:`install` has put the
+    counting moves on that device *instance* (the class is untouched): ``tensor_to_device`` counts the bytes, by dtype,
+    of each host tensor it moves and notes where the moved one is; ``batch_to_device`` times the move and keeps the
+    batch it returned with its placement, so that a tap handed that very batch reads where it is from the move
+    (:meth:`placement`) instead of walking its tensors again."""
 
     def __init__(self) -> None:
-        self.bytes: dict[str, int] = {}
-        #: Host wall-clock seconds spent moving tensors since the last take (``time.perf_counter``).
+        self._bytes: dict[torch.dtype, int] = {}
+        #: Host wall-clock seconds spent in ``batch_to_device`` since the last take (``time.perf_counter``).
         self.wall = 0.0
-        self._installed: Optional[patching.Swap] = None
-
-    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not is_on_device(tensor):
-            name = str(tensor.dtype).replace('torch.', '')
-            self.bytes[name] = self.bytes.get(name, 0) + tensor.nbytes
-        assert self._installed is not None
-        entered = time.perf_counter()
-        moved: torch.Tensor = self._installed.original(tensor)
-        self.wall += time.perf_counter() - entered
-        return moved
+        #: Tensors the move being made left on the host, and put on an accelerator.
+        self._landed = [0, 0]
+        #: The batch the last move returned, and its placement (``None``: that move was not Composer's own walk).
+        self._last: Any = None
+        self._where: Optional[Placement] = None
+        self._swaps: list[patching.Swap] = []
 
     def install(self, device: Any) -> MoveCounter:
-        self._installed = patching.swap(device, 'tensor_to_device', lambda move: self)
+        counts, landed, perf_counter = self._bytes, self._landed, time.perf_counter
+        host_tensor = torch.Tensor
+
+        def count(move: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+            def tensor_to_device(tensor: torch.Tensor) -> torch.Tensor:
+                # is_on_device, inlined (this runs once per tensor moved), and asked again only of a new tensor
+                kind = type(tensor)
+                on = (kind is not host_tensor and getattr(kind, ON_ACCELERATOR, False)) or not tensor.is_cpu
+                if not on:
+                    dtype = tensor.dtype
+                    counts[dtype] = counts.get(dtype, 0) + tensor.nbytes
+                moved = move(tensor)
+                if moved is not tensor:
+                    kind = type(moved)
+                    on = (kind is not host_tensor and getattr(kind, ON_ACCELERATOR, False)) or not moved.is_cpu
+                landed[on] += 1
+                return moved
+
+            return tensor_to_device
+
+        walks = _composers_walk(device)
+
+        def time_it(move: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            def batch_to_device(batch: Any) -> Any:
+                landed[0] = landed[1] = 0
+                entered = perf_counter()
+                moved = move(batch)
+                self.wall += perf_counter() - entered
+                self._last, self._where = moved, _placed(landed[1], landed[0]) if walks else None
+                return moved
+
+            return batch_to_device
+
+        self._swaps = [patching.swap(device, 'tensor_to_device', count), patching.swap(device, 'batch_to_device', time_it)]
         return self
 
     def remove(self) -> None:
-        if self._installed is not None:
-            self._installed.undo()
+        for done in reversed(self._swaps):
+            done.undo()
+        self._swaps, self._last = [], None
+
+    def placement(self, batch: Any) -> Placement:
+        """Where ``batch``'s tensors are: read from the last move where ``batch`` is what it returned, else
+        :func:`placement`."""
+        if batch is self._last and self._where is not None:
+            return self._where
+        return placement(batch)
 
     def take(self) -> dict[str, int]:
         """The bytes counted since the last take, by dtype (largest first), and a fresh count."""
-        counted, self.bytes, self.wall = self.bytes, {}, 0.0
-        return dict(sorted(counted.items(), key=lambda kv: -kv[1]))
+        counted = sorted(self._bytes.items(), key=lambda kv: -kv[1])
+        self._bytes.clear()
+        self.wall, self._last = 0.0, None
+        return {str(dtype).replace('torch.', ''): n for dtype, n in counted}
+
+
+def _composers_walk(device: Any) -> bool:
+    """Whether ``device`` moves a batch with Composer's own ``Device.batch_to_device``, which sends every tensor it
+    finds through ``tensor_to_device``: then the moved batch's placement is that of the tensors that method returned."""
+    if 'batch_to_device' in getattr(device, '__dict__', {}):
+        return False
+    owner = next((k for k in type(device).__mro__ if 'batch_to_device' in vars(k)), None)
+    return owner is not None and owner.__module__ == 'composer.devices.device' and owner.__name__ == 'Device'

@@ -92,7 +92,7 @@ class Steps:
 
     def tap(self) -> Tap:
         """A tap on this recorder's transform clock."""
-        return Tap(None, self.transform_clock)
+        return Tap(None, self.transform_clock, placed=self.counter.placement)
 
     def begin(self, label: str, targets: list[Target]) -> None:
         """A step of ``label`` begins, before its batch is fetched."""

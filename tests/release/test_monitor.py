@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pytest
 import torch
 from conftest import COMPOSER, DEVICE, FAMILY, IS_AFFECTED, LEGS, NEEDS_PATCH, make_device
-from workload import OOMRecorder, Probe, loader, trainer
+from workload import OOMRecorder, Probe, any_batch_model, loader, trainer
 
 import compatshim
 from compatshim.config.support import Family
@@ -889,3 +889,117 @@ def test_on_plain_device_cpu_it_claims_no_placement_and_no_bytes(shim: bool) -> 
     else:
         assert 'device_transforms called, 1 call/step' in line, line
         assert said == [], said
+
+
+#: A detection-style batch: per sample an image, its boxes (float16) and their labels (int64), as a list of dicts.
+DETECTION_SAMPLES = 24
+
+
+def _detection_batch(samples: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        {
+            'image': torch.rand(4, generator=gen),
+            'boxes': torch.rand(1 + i % 3, 4, generator=gen).half(),
+            'labels': torch.randint(0, 5, (1 + i % 3,), generator=gen),
+        }
+        for i in range(samples)
+    ]
+
+
+def _by_hand(batch: list[dict[str, torch.Tensor]]) -> dict[str, int]:
+    """The bytes of a host batch, by dtype, counted by hand."""
+    counted: dict[str, int] = {}
+    for sample in batch:
+        for tensor in sample.values():
+            name = str(tensor.dtype).replace('torch.', '')
+            counted[name] = counted.get(name, 0) + tensor.numel() * tensor.element_size()
+    return counted
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_many_tensor_batch_is_counted_exactly(leg: str) -> None:
+    """A list of 24 per-sample dicts (72 tensors, three dtypes) per step: the bytes by dtype of each step are the hand
+    count of its batch, the transform is called once per step and every call is on the device."""
+    from composer.core import DataSpec
+    from composer.loggers import InMemoryLogger
+
+    from compatshim.monitor import TransformMonitor
+    from compatshim.observe.recorder import is_on_device
+
+    from composer import Callback, Trainer
+
+    batches = [_detection_batch(DETECTION_SAMPLES, seed) for seed in range(3)]
+    seen: list[bool] = []
+
+    def transform(batch: Any) -> Any:
+        seen.append(all(is_on_device(t) for sample in batch for t in sample.values()))
+        return batch
+
+    class CountedByHand(type(make_device())):  # type: ignore[misc]
+        """Every host tensor the trainer moves in a step (its batch, and Composer's own counts and loss), by dtype."""
+
+        counted: dict[str, int] = {}
+        steps: list[dict[str, int]] = []
+
+        def tensor_to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+            if not getattr(type(tensor), '_compatshim_on_accelerator', False) and tensor.device.type == 'cpu':
+                name = str(tensor.dtype).replace('torch.', '')
+                self.counted[name] = self.counted.get(name, 0) + tensor.numel() * tensor.element_size()
+            return super().tensor_to_device(tensor)
+
+    class Steps(Callback):  # the monitor's step: from BEFORE_DATALOADER to BATCH_END
+        def before_dataloader(self, state: Any, logger: Any) -> None:
+            CountedByHand.counted = {}
+
+        def batch_end(self, state: Any, logger: Any) -> None:
+            CountedByHand.steps.append(CountedByHand.counted)
+
+    def split(batch: list[Any], size: int) -> list[list[Any]]:
+        return [batch[i : i + size] for i in range(0, len(batch), size)]
+
+    model = any_batch_model(lambda batch: torch.stack([sample['image'] for sample in batch]))
+    spec = DataSpec(batches, device_transforms=transform, get_num_samples_in_batch=len, split_batch=split)
+    logger = InMemoryLogger()
+    Trainer(
+        model=model, train_dataloader=spec, device=CountedByHand(), max_duration='3ba',
+        device_train_microbatch_size=DETECTION_SAMPLES, callbacks=[TransformMonitor(), Steps()], loggers=[logger],
+        progress_bar=False, precision='fp32',
+    ).fit()  # fmt: skip
+    assert seen == [True] * 3, 'the transform did not run once per step on the device'
+    assert _logged(logger, 'data/train/device_transforms/calls') == [1, 1, 1]
+    assert _logged(logger, 'data/train/device_transforms/on_device') == [1.0, 1.0, 1.0]
+    by_hand = CountedByHand.steps
+    for batch, step in zip(batches, by_hand):
+        assert all(step.get(dtype, 0) >= n for dtype, n in _by_hand(batch).items()), 'the batch did not cross'
+    for dtype in ('float32', 'float16', 'int64'):
+        assert _logged(logger, f'data/train/bytes_to_device/{dtype}') == [step[dtype] for step in by_hand], dtype
+    assert _logged(logger, 'data/train/bytes_to_device') == [sum(step.values()) for step in by_hand]
+
+
+def test_placement_is_read_from_the_move_only_where_the_move_is_composers_own() -> None:
+    """The byte counter reads a moved batch's placement from the tensors Composer's own walk returned; a Device whose
+    ``batch_to_device`` is its own (here: one that leaves the labels on the host) is walked, and so is any other batch
+    (one rebuilt from the moved one)."""
+    from compatshim.observe.recorder import MoveCounter
+
+    class LeavesLabels(type(make_device())):  # type: ignore[misc]
+        def batch_to_device(self, batch: Any) -> Any:
+            return [{**s, 'image': self.tensor_to_device(s['image'])} for s in batch]
+
+    batch = _detection_batch(DETECTION_SAMPLES, 0)
+    device = make_device()
+    counter = MoveCounter().install(device)
+    moved = device.batch_to_device(batch)
+    assert counter.placement(moved) == 'device'
+    assert counter.take() == dict(sorted(_by_hand(batch).items(), key=lambda kv: -kv[1]))
+    assert counter.placement(moved) == 'device', 'after a take, the walk'
+    changed = [{'image': batch[0]['image']}, *device.batch_to_device(batch)[1:]]
+    assert counter.placement(changed) == 'mixed', 'another batch: walked'
+    counter.remove()
+    assert 'batch_to_device' not in vars(device) and 'tensor_to_device' not in vars(device)
+    own = LeavesLabels()
+    counter = MoveCounter().install(own)
+    assert counter.placement(own.batch_to_device(batch)) == 'mixed'
+    assert counter.placement(own.batch_to_device([])) == 'empty'
+    counter.remove()
