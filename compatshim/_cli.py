@@ -64,7 +64,7 @@ def _doctor_command(args: argparse.Namespace) -> int:
 
 #: The pipeline bench's own options, and the reference bench's it does not take.
 _PIPELINE_ONLY = ('json', 'save', 'compare', 'dir', 'quick', 'steps', 'rounds')
-_REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us', 'plant_work')
+_REFERENCE_ONLY = ('size', 'out', 'baselines', 'plant_slowdown', 'plant_hook_us', 'plant_work', 'plant_tensor_us')
 
 
 def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
@@ -119,6 +119,7 @@ def _bench_command(args: argparse.Namespace) -> int:
             plant_slowdown=args.plant_slowdown,
             plant_hook_us=args.plant_hook_us,
             plant_work=bool(args.plant_work),
+            plant_tensor_us=args.plant_tensor_us,
             progress=sys.stderr,
         )
     except (ValueError, RuntimeError, ImportError) as exc:
@@ -394,6 +395,13 @@ def _reference_options(bench: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar='MICROSECONDS',
         help="make every call of the shim's own hooks this much slower (checks the gate)",
+    )
+    bench.add_argument(
+        '--plant-tensor-us',
+        type=float,
+        default=0.0,
+        metavar='MICROSECONDS',
+        help="make the monitor's byte counter this much slower per tensor moved (checks the gate)",
     )
 
 

@@ -15,7 +15,9 @@ from compatshim.bench.rule import Kind, SampleSource
 from compatshim.config.support import DEVICES, Family
 from compatshim.observe.placement import Word
 
-__all__ = ['COMPARABLE_BY', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric']
+__all__ = [
+    'COMPARABLE_BY', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric', 'tensors_of'
+]  # fmt: skip
 
 #: Composer's own ``batch_transforms`` and ``microbatch_transforms`` exist from 0.27.0.
 NATIVE = (Family.DROPPED, Family.REJECTED)
@@ -54,8 +56,23 @@ LEGS: dict[str, Leg] = {
 }
 #: The reference bench's legs: every leg but the ceiling.
 REFERENCE_LEGS: tuple[str, ...] = tuple(name for name in LEGS if name != 'ceiling')
-#: The overhead probes (:mod:`compatshim.bench.reference`).
-PROBES: tuple[str, ...] = ('hook-batch', 'hook-microbatch', 'monitor')
+#: The detection-style batches the probes also run on (a list of per-sample dicts: an image, its boxes, their labels;
+#: three tensors a sample), by samples: the last is gated, all show how a cost grows with the tensors of a batch.
+SAMPLES: tuple[int, ...] = (1, 16, 64, 256)
+#: The overhead probes (:mod:`compatshim.bench.reference`): each path on the image batch of the workload, then
+#: ``<path>@<samples>`` on a detection-style batch (the hook at stage microbatch on the gated one only).
+PROBES: tuple[str, ...] = (
+    'hook-batch', 'hook-microbatch', 'monitor',
+    *(f'{path}@{n}' for n in SAMPLES for path in ('hook-batch', 'monitor')), f'hook-microbatch@{SAMPLES[-1]}',
+)  # fmt: skip
+
+
+def tensors_of(probe: str) -> int:
+    """How many tensors the batch of ``probe`` holds: the image batch two, a detection-style batch three a sample."""
+    _, _, samples = probe.partition('@')
+    return 3 * int(samples) if samples else 2
+
+
 #: The fingerprint keys that must match for two reference results to measure the same workload.
 COMPARABLE_BY: tuple[str, ...] = ('size', 'workload_version')
 #: What must match for a pipeline baseline to compare; not the Composer or torch release (an upgrade is what it is for).
@@ -123,6 +140,34 @@ COSTS: tuple[tuple[str, tuple[Metric, ...]], ...] = (
     ('monitor, one train step',
      _cost('monitor', '', 'monitor', 'shim-batch', rule.MONITOR_SHARE, Gate.ALWAYS, 'monitor share')),
 )  # fmt: skip
+
+
+def _beyond(path: str, tail: str, probe: str, limit: Kind, gate: Gate, title: str) -> tuple[Metric, ...]:
+    """A path of compatshim's on the gated detection-style batch: beyond the move (gated), over it, its µs."""
+    tail = f'{tail}, {SAMPLES[-1]} samples'
+    return (
+        Metric(f'{path} beyond the move{tail}', limit, SampleSource(probe=probe), gate, title=title),
+        Metric(f'{path} path / direct{tail}', rule.OVERHEAD, SampleSource(probe=probe), Gate.NEVER),
+        Metric(f'{path} µs/batch{tail}', rule.FIGURE, SampleSource(probe=probe), Gate.NEVER),
+    )
+
+
+#: compatshim's own cost on the gated detection-style batch, probe by probe, and its three metrics.
+DETECTION_COSTS: tuple[tuple[str, tuple[Metric, ...]], ...] = (
+    *((f'hook, stage {stage}', _beyond('hook', f' ({stage})', f'hook-{stage}@{SAMPLES[-1]}', rule.HOOK_BEYOND,
+                                       Gate.AFFECTED, f'hook / move, det. ({short})'))
+      for stage, short in (('batch', 'batch'), ('microbatch', 'mb'))),
+    ('monitor, one train step', _beyond('monitor', '', f'monitor@{SAMPLES[-1]}', rule.MONITOR_BEYOND, Gate.ALWAYS,
+                                        'monitor / move, det.')),
+)  # fmt: skip
+#: How each cost grows with the samples of a detection-style batch: the move and the transform alone (the monitor
+#: probe's direct path), the hook at stage batch and the monitor, µs per batch.
+GROWTH: tuple[tuple[int, tuple[Metric, ...]], ...] = tuple(
+    (n, (Metric(f'move µs/batch, {n} samples', rule.DIRECT, SampleSource(probe=f'monitor@{n}'), Gate.NEVER),
+         Metric(f'hook µs/batch (batch), {n} samples', rule.FIGURE, SampleSource(probe=f'hook-batch@{n}'), Gate.NEVER),
+         Metric(f'monitor µs/batch, {n} samples', rule.FIGURE, SampleSource(probe=f'monitor@{n}'), Gate.NEVER)))
+    for n in SAMPLES
+)  # fmt: skip
 METRICS: tuple[Metric, ...] = (
     # Same work, same rounds: only the shim moves these. shim-batch beside the host path of its release: on cuda/mps
     # different work, the speed-up, reported there.
@@ -130,6 +175,9 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-batch', 'native-batch', Gate.AFFECTED, ('cpu',)),
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
     *(metric for _, cost in COSTS for metric in cost),
+    *(metric for _, cost in DETECTION_COSTS for metric in cost),
+    *(metric for _, grown in GROWTH[:-1] for metric in grown),
+    GROWTH[-1][1][0],  # the move on the gated batch; the hook's and the monitor's µs there are its costs' own
     *(Metric(f'bytes per step (recipe {name})', rule.BYTES, SampleSource(name, recipe=True), Gate.AFFECTED,
              title=f'recipe bytes ({t})') for name, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
     *(Metric(f'placement ({"recipe " if recipe else ""}{name})', rule.ON_DEVICE, SampleSource(name, recipe=recipe),

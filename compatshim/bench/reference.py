@@ -13,6 +13,10 @@ it:
 * ``monitor``: :class:`~compatshim.monitor.TransformMonitor` on a real Trainer's state and logger, every event of one
   train step (:data:`STEP_EVENTS`), the transform through its tap and the move through its byte counter, against the
   transform and the move alone.
+
+Each runs on the workload's image batch and, as ``<probe>@<samples>``, on detection-style batches
+(:data:`~compatshim.bench.metrics.SAMPLES`: a list of per-sample dicts, three tensors a sample), one sample a round,
+its calls fewer as its batch holds more tensors (:func:`calls`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch
 
 from compatshim.bench import engine, workload
 from compatshim.bench.engine import SIZES, Schedule
-from compatshim.bench.metrics import METRICS, PROBES, pairs
+from compatshim.bench.metrics import METRICS, PROBES, pairs, tensors_of
 from compatshim.bench.results import BenchResult, Overheads
 from compatshim.config.settings import BENCH_SIZES
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
@@ -38,12 +42,54 @@ from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
 from compatshim.shim import loops, notes, patching
 
-__all__ = ['CALLS', 'PROBE_SAMPLES', 'Probe', 'bench_reference', 'env_name', 'make_probe', 'planted_hook_delay']
+__all__ = [
+    'CALLS',
+    'PROBE_SAMPLES',
+    'Probe',
+    'batch_of',
+    'bench_reference',
+    'calls',
+    'env_name',
+    'make_probe',
+    'planted_hook_delay',
+    'planted_tensor_delay',
+    'samples_per_round',
+]
 
-#: Samples each overhead probe takes per round (after the round's windows).
+#: Samples each overhead probe takes per round (after the round's windows) on the image batch; on a detection-style
+#: batch one (its calls take longer, and the same rounds hold more of them).
 PROBE_SAMPLES = 3
-#: Calls per path per sample: the hook path, the monitor's step.
+#: Calls per path per sample on the image batch (two tensors): the hook path, the monitor's step.
 CALLS = {'hook': 2000, 'monitor': 500}
+#: The fewest calls per path per sample, whatever the batch.
+MIN_CALLS = 16
+
+
+def calls(name: str) -> int:
+    """Calls per path per sample of probe ``name``: :data:`CALLS` on the image batch, as many tensors moved on a
+    larger one (at least :data:`MIN_CALLS`)."""
+    return max(MIN_CALLS, CALLS[name.partition('-')[0].partition('@')[0]] * 2 // tensors_of(name))
+
+
+def samples_per_round(name: str) -> int:
+    """The samples probe ``name`` takes each round."""
+    return PROBE_SAMPLES if '@' not in name else 1
+
+
+def batch_of(name: str) -> Any:
+    """The batch probe ``name`` runs on: the image batch (4 images of 3x8x8, their labels), or a detection-style batch
+    of ``<samples>`` per-sample dicts (a 3x8x8 image, two boxes, their labels)."""
+    _, _, samples = name.partition('@')
+    gen = torch.Generator().manual_seed(0)
+    if not samples:
+        return [torch.rand(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)]
+    return [
+        {'image': torch.rand(3, 8, 8, generator=gen), 'boxes': torch.rand(2, 4, generator=gen),
+         'labels': torch.randint(0, 5, (2,), generator=gen)}
+        for _ in range(int(samples))
+    ]  # fmt: skip
+
+
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
 STEP_EVENTS = tuple(
     'before_dataloader after_dataloader batch_start before_train_batch before_forward after_forward before_loss '
@@ -68,20 +114,23 @@ def bench_reference(
     plant_slowdown: float = 0.0,
     plant_hook_us: float = 0.0,
     plant_work: bool = False,
+    plant_tensor_us: float = 0.0,
     progress: Optional[TextIO] = None,
 ) -> BenchResult:
     """Measure every leg of this release (docs/harness.md) on ``device`` at ``size_name`` (one of
     :data:`~compatshim.config.settings.BENCH_SIZES`). ``plant_slowdown``: the shim legs' transform made this fraction
     slower; ``plant_hook_us``: every call of the shim's hooks this many µs slower; ``plant_work``: both workloads'
-    transforms one op heavier over a tenth of each batch (planted regressions, to check the gate; 0 to measure)."""
+    transforms one op heavier over a tenth of each batch; ``plant_tensor_us``: the monitor's byte counter this many µs
+    slower per tensor moved (planted regressions, to check the gate; 0 to measure)."""
     if size_name not in BENCH_SIZES:
         raise ValueError(f'unknown size {size_name!r}; choose one of {", ".join(BENCH_SIZES)}')
-    if not 0.0 <= plant_slowdown <= 10.0:
-        raise ValueError(f'plant_slowdown must be between 0 and 10, got {plant_slowdown}')
-    if not 0.0 <= plant_hook_us <= 100_000:
-        raise ValueError(f'plant_hook_us must be between 0 and 100000 µs, got {plant_hook_us}')
+    plants = {'plant_slowdown': (plant_slowdown, 10, ''), 'plant_hook_us': (plant_hook_us, 100_000, ' µs')}
+    for what, (value, most, unit) in {**plants, 'plant_tensor_us': (plant_tensor_us, 1000, ' µs')}.items():
+        if not 0.0 <= value <= most:
+            raise ValueError(f'{what} must be between 0 and {most}{unit}, got {value}')
     size, env = SIZES[size_name], env_name(device)
-    with engine.open_session(accelerator(device), env, size, progress) as session, planted_hook_delay(plant_hook_us):
+    delays = planted_hook_delay(plant_hook_us), planted_tensor_delay(plant_tensor_us)
+    with engine.open_session(accelerator(device), env, size, progress) as session, delays[0], delays[1]:
         with shim.switched(True):
             patched = list(shim.status().patches)  # what enable() patches here (nothing on an unaffected release)
         augment, recipe = (workload.pipeline(name, size) for name in ('augment', 'recipe'))
@@ -89,12 +138,12 @@ def bench_reference(
             augment, recipe = (dataclasses.replace(p, transform=_Heavier(p.transform)) for p in (augment, recipe))
         recipe_legs = engine.measure(session, recipe, Schedule(timed=lambda measured: False), size.batch)  # checked
         slower = _Planted(augment.transform, plant_slowdown, session.on) if plant_slowdown else None
-        overheads = {name: Overheads(CALLS[name.partition('-')[0]]) for name in PROBES}
+        overheads = {name: Overheads(calls(name)) for name in PROBES}
         with _probes(session.on, family_of(session.composer) is not None) as probes:
 
             def sample(round_: int) -> None:
-                for _ in range(PROBE_SAMPLES):
-                    for probe in probes:
+                for taken in range(PROBE_SAMPLES):
+                    for probe in (probe for probe in probes if taken < samples_per_round(probe.name)):
                         path_s, direct_s = probe.sample()
                         if round_:
                             overheads[probe.name].add(path_s, direct_s, round_)
@@ -113,6 +162,7 @@ def bench_reference(
         planted_slowdown=plant_slowdown,
         planted_hook_us=plant_hook_us,
         planted_work=plant_work,
+        planted_tensor_us=plant_tensor_us,
     )
 
 
@@ -168,9 +218,41 @@ def planted_hook_delay(microseconds: float) -> Iterator[None]:
             done.undo()
 
 
+@contextlib.contextmanager
+def planted_tensor_delay(microseconds: float) -> Iterator[None]:
+    """Make the monitor's byte counter ``microseconds`` slower per tensor moved (busy-wait) on every device it is
+    installed on while the block runs."""
+    from compatshim.observe.recorder import MoveCounter
+
+    def slowed(install: Callable[..., Any]) -> Callable[..., Any]:
+        def planted(self: Any, device: Any) -> Any:
+            installed = install(self, device)
+
+            def delayed(count: Callable[[Any], Any]) -> Callable[[Any], Any]:
+                def tensor_to_device(tensor: Any) -> Any:
+                    end = time.perf_counter() + microseconds * 1e-6
+                    while time.perf_counter() < end:
+                        pass
+                    return count(tensor)
+
+                return tensor_to_device
+
+            patching.swap(device, 'tensor_to_device', delayed)  # the probe's device, dropped after the run
+            return installed
+
+        return planted
+
+    swap = patching.swap(MoveCounter, 'install', slowed) if microseconds else None
+    try:
+        yield
+    finally:
+        if swap is not None:
+            swap.undo()
+
+
 class Probe:
     """One of compatshim's paths (``path``) and the direct path (``direct``), one call each, sampled on ``on``'s clock,
-    :data:`CALLS` calls of each per sample, inside ``frame``."""
+    :func:`calls` calls of each per sample, inside ``frame``."""
 
     def __init__(
         self,
@@ -182,7 +264,7 @@ class Probe:
         close: Callable[[], None] = lambda: None,
     ) -> None:
         self.name, self.on, self.path, self.direct, self._frame, self.close = name, on, path, direct, frame, close
-        self.calls, self._taken = CALLS[name.partition('-')[0]], 0
+        self.calls, self._taken = calls(name), 0
 
     def sample(self) -> tuple[float, float]:
         """Seconds of :attr:`calls` calls of the path and of the direct path, back to back (which goes first alternates
@@ -216,12 +298,14 @@ def _same(batch: Any) -> Any:
 @contextlib.contextmanager
 def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
     """The probes of this release (no hook probe where the shim patches nothing), closed after the block: the hook
-    probes built with the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are."""
+    probes built with the shim on, the monitor's with it off (its DataSpec is Composer's own), as the legs are; the
+    monitor's probes share one Trainer."""
     probes: list[Probe] = []
+    watched: dict[str, Any] = {}
     try:
         for name in (name for name in PROBES if affected or not name.startswith('hook')):
             with shim.switched(name.startswith('hook')):
-                probes.append(make_probe(name, on))
+                probes.append(make_probe(name, on, shared=watched))
         yield probes
     finally:
         for probe in probes:
@@ -229,25 +313,32 @@ def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
 
 
 def make_probe(
-    name: str, on: Accelerator, transform: Callable[[Any], Any] = _same, make_device: Optional[Callable[[], Any]] = None
+    name: str,
+    on: Accelerator,
+    transform: Callable[[Any], Any] = _same,
+    make_device: Optional[Callable[[], Any]] = None,
+    shared: Optional[dict[str, Any]] = None,
 ) -> Probe:
-    """The probe ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``) on ``on``, both paths calling
-    ``transform``, on devices from ``make_device`` (default: Composer's own for ``on``). A hook probe needs the shim
-    enabled when it is made and while it is sampled."""
+    """The probe ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``, each optionally ``@<samples>``:
+    :func:`batch_of`) on ``on``, both paths calling ``transform``, on devices from ``make_device`` (default: Composer's
+    own for ``on``). A hook probe needs the shim enabled when it is made and while it is sampled. Monitor probes given
+    the same ``shared`` dict share one Trainer (closed with the last of them)."""
     from composer.core import DataSpec
 
+    path_name = name.partition('@')[0]
+    if path_name not in ('hook-batch', 'hook-microbatch', 'monitor') or name not in (path_name, *PROBES):
+        raise ValueError(f'no probe {name!r}; choose one of {", ".join(PROBES)}')
     make = make_device or on.composer_device
-    batch, device, plain = [torch.rand(4, 3, 8, 8), torch.randint(0, 10, (4,))], make(), make()
+    batch, plain = batch_of(name), make()
 
     def direct() -> Any:
         return transform(plain.batch_to_device(batch))
 
-    if name == 'monitor':
-        return _monitor_probe(on, batch, device, direct, transform)
-    if name not in ('hook-batch', 'hook-microbatch'):
-        raise ValueError(f'no probe {name!r}; choose hook-batch, hook-microbatch or monitor')
+    if path_name == 'monitor':
+        return _monitor_probe(name, on, batch, make, direct, transform, {} if shared is None else shared)
+    device = make()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4)))
-    spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=name.partition('-')[2])
+    spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=path_name.partition('-')[2])
     if not shim.status().stage:
         raise RuntimeError('compatshim bench: a hook probe needs the shim enabled here')
     # The DataSpec as the trainer reads it at every batch, in a loop frame whose reads and moves are this module's
@@ -267,7 +358,43 @@ def make_probe(
     return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train', None, spec, reader=__name__))
 
 
-def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[], Any], transform: Any) -> Probe:
+def _monitor_probe(
+    name: str,
+    on: Accelerator,
+    batch: Any,
+    make: Callable[[], Any],
+    direct: Callable[[], Any],
+    transform: Any,
+    shared: dict[str, Any],
+) -> Probe:
+    from composer.core import Event
+
+    if 'trainer' not in shared:
+        shared.update(_monitored_trainer(make(), transform), users=0)
+    shared['users'] += 1
+    trainer, monitor, spec, argument = shared['trainer'], shared['monitor'], shared['spec'], shared['argument']
+    device = trainer.state.device
+    state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
+
+    def frame() -> Any:  # a train loop over the DataSpec, driven from here
+        return loops.loop_frame(device, 'train', state, spec, reader=__name__)
+
+    def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the monitor's tap
+        for event in events:
+            monitor.run_event(event, state, logger)
+        return getattr(spec, argument)(device.batch_to_device(batch))
+
+    def close() -> None:
+        shared['users'] -= 1
+        if not shared['users']:
+            trainer.close()
+
+    return Probe(name, on, path, direct, frame, close=close)
+
+
+def _monitored_trainer(device: Any, transform: Any) -> dict[str, Any]:
+    """A real Trainer on ``device`` with a :class:`~compatshim.monitor.TransformMonitor` that has tapped the
+    DataSpec's transform, as at the start of a fit; that monitor, that DataSpec and the argument it was given."""
     from composer import Trainer
     from composer.core import DataSpec, Event
     from composer.models import ComposerClassifier
@@ -275,7 +402,8 @@ def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[]
     from compatshim.monitor import TransformMonitor
 
     monitor = TransformMonitor()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=4)
+    images = batch_of('monitor')
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*images), batch_size=4)
     # The argument Composer itself calls at batch level (built with the shim off: Composer's own).
     parameters = inspect.signature(DataSpec.__init__).parameters
     argument = 'batch_transforms' if 'batch_transforms' in parameters else 'device_transforms'
@@ -291,18 +419,7 @@ def _monitor_probe(on: Accelerator, batch: Any, device: Any, direct: Callable[[]
         progress_bar=False,
         log_to_console=False,
     )
-    state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
-    state.set_dataloader(spec.dataloader, 'train')
-
-    def frame() -> Any:  # a train loop over the DataSpec, driven from here
-        return loops.loop_frame(device, 'train', state, spec, reader=__name__)
-
-    with frame():
-        monitor.run_event(Event.FIT_START, state, logger)  # the monitor puts its tap on the DataSpec
-
-    def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the monitor's tap
-        for event in events:
-            monitor.run_event(event, state, logger)
-        return getattr(spec, argument)(device.batch_to_device(batch))
-
-    return Probe('monitor', on, path, direct, frame, close=trainer.close)
+    trainer.state.set_dataloader(spec.dataloader, 'train')
+    with loops.loop_frame(device, 'train', trainer.state, spec, reader=__name__):
+        monitor.run_event(Event.FIT_START, trainer.state, trainer.logger)  # the monitor puts its tap on the DataSpec
+    return {'trainer': trainer, 'monitor': monitor, 'spec': spec, 'argument': argument}

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from compatshim.bench import rule
 from compatshim.bench.gate import Judged
-from compatshim.bench.metrics import COSTS, METRICS, REFERENCE_LEGS, Gate, Metric
+from compatshim.bench.metrics import COSTS, DETECTION_COSTS, GROWTH, METRICS, REFERENCE_LEGS, SAMPLES, Gate, Metric
 from compatshim.bench.results import SCHEMA, BenchResult, Cause, LegResult, PathLike, Result, quartiles, spread
 from compatshim.config.support import split_env
 from compatshim.devices.accelerator import accelerator
@@ -184,7 +184,58 @@ def _costs(judged: list[Judged]) -> list[str]:
     for r in judged:
         cells = [f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}' for _, (share, ratio, us) in COSTS]
         out.append(f'| {r.result.env} | ' + ' | '.join(cells) + ' |')
+    n = SAMPLES[-1]
+    out += [
+        '',
+        f'On a detection-style batch ({n} per-sample dicts of an image, its boxes and their labels: {3 * n} tensors), '
+        "the same probes, against Composer's own move of that batch (and the transform) in the same rounds. Gated: "
+        'the µs beyond it as a share of it, against a stated limit — at most that share of any step, since every step '
+        f'moves its batch ({rule.HOOK_BEYOND.sentence}; {rule.MONITOR_BEYOND.sentence}).',
+        '',
+        '| env | ' + ' | '.join(f'{name}: share of the move | × | µs' for name, _ in DETECTION_COSTS) + ' |',
+        '|' + '---|' * (3 * len(DETECTION_COSTS) + 1),
+    ]
+    for r in judged:
+        cells = [
+            f'{_cell(r, share)} | {ratio.show(r.result)} | {us.show(r.result)}'
+            for _, (share, ratio, us) in DETECTION_COSTS
+        ]
+        out.append(f'| {r.result.env} | ' + ' | '.join(cells) + ' |')
+    out += [
+        '',
+        'How each grows with the tensors of a batch: µs per batch on detection-style batches, the median of each env, '
+        'lowest–highest over the envs (the hook where the shim patches).',
+        '',
+        '| samples | tensors | the move and the transform | the hook (stage batch) | the monitor | the monitor per '
+        "tensor beyond one sample's |",
+        '|---|---|---|---|---|---|',
+    ]
+    first = GROWTH[0][1][2]  # the monitor on one sample: its per-step events, and three tensors
+    for samples, (move, hook, monitor) in GROWTH:
+        grown = [
+            (medians[1] - medians[0]) / (3 * samples - 3)
+            for medians in zip(_medians(judged, first), _medians(judged, monitor))
+            if samples > GROWTH[0][0]
+        ]  # fmt: skip
+        out.append(
+            f'| {samples} | {3 * samples} | {_over_envs(_medians(judged, move))} | '
+            f'{_over_envs(_medians(judged, hook))} | {_over_envs(_medians(judged, monitor))} | '
+            f'{_over_envs(grown, ".2f")} |'
+        )
     return out
+
+
+def _medians(judged: list[Judged], metric: Metric) -> list[float]:
+    """``metric``'s median in each result that measured it."""
+    return [float(statistics.median(found)) for found in (metric.read(r.result) for r in judged) if found]
+
+
+def _over_envs(values: list[float], digits: str = '.0f') -> str:
+    """The lowest and highest of ``values`` (µs), or ``—``."""
+    if not values:
+        return '—'
+    low, high = min(values), max(values)
+    return f'{low:{digits}}' if f'{low:{digits}}' == f'{high:{digits}}' else f'{low:{digits}}–{high:{digits}}'
 
 
 def _recipe(judged: list[Judged]) -> list[str]:

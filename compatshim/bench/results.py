@@ -283,6 +283,7 @@ class BenchResult(Result):
     planted_slowdown: float = 0.0
     planted_hook_us: float = 0.0
     planted_work: bool = False  # both transforms one op heavier over a tenth of each batch
+    planted_tensor_us: float = 0.0  # the monitor's byte counter slower per tensor moved
     kind: ClassVar[str] = 'bench'
     command: ClassVar[str] = 'compatshim bench'
 
@@ -305,6 +306,7 @@ class BenchResult(Result):
         parts = [f'transform {self.planted_slowdown:.0%} slower'] if self.planted_slowdown else []
         parts += [f'+{self.planted_hook_us:g} µs per hook call'] if self.planted_hook_us else []
         parts += ['transforms one op heavier over a tenth of each batch'] if self.planted_work else []
+        parts += [f'+{self.planted_tensor_us:g} µs per tensor the monitor counts'] if self.planted_tensor_us else []
         return f'PLANTED: {", ".join(parts)}' if parts else ''
 
 

@@ -176,8 +176,9 @@ def best_present() -> Accelerator:
 
 
 def on_accelerator_memory(tensor: Any) -> bool:
-    """Whether torch keeps ``tensor`` anywhere but in host memory (cuda, mps, xla, ...)."""
-    return bool(tensor.device.type != 'cpu')
+    """Whether torch keeps ``tensor`` anywhere but in host memory (cuda, mps, xla, ...): ``is_cpu``, not
+    ``tensor.device.type``, which makes a device object (0.5 µs a tensor)."""
+    return not tensor.is_cpu
 
 
 def accelerator(name: str) -> Accelerator:

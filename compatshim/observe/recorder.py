@@ -32,7 +32,7 @@ def is_on_device(tensor: torch.Tensor) -> bool:
     kind = type(tensor)
     if kind is not torch.Tensor and getattr(kind, ON_ACCELERATOR, False):
         return True
-    return not tensor.is_cpu  # not ``tensor.device.type``, which makes a device object (0.5 µs a tensor)
+    return on_accelerator_memory(tensor)
 
 
 def tensors(batch: Any) -> list[torch.Tensor]:
@@ -255,7 +255,10 @@ class MoveCounter:
 
             return batch_to_device
 
-        self._swaps = [patching.swap(device, 'tensor_to_device', count), patching.swap(device, 'batch_to_device', time_it)]
+        self._swaps = [
+            patching.swap(device, 'tensor_to_device', count),
+            patching.swap(device, 'batch_to_device', time_it),
+        ]
         return self
 
     def remove(self) -> None:

@@ -8,6 +8,7 @@ Nothing here asserts on wall time, and no test depends on two timed runs agreein
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -80,12 +81,15 @@ def test_rounds_ratios_and_the_probes_of_every_round(measured: tuple[BenchResult
         assert all(len(windows) == rounds for windows in leg.beside.values()), name
     assert len(metric(f'shim-batch/{host}').read(result)) == rounds
     assert bool(metric('shim-microbatch/native-microbatch').read(result)) is NATIVE
-    assert set(result.overheads) == (set(PROBES) if IS_AFFECTED else {'monitor'})
+    assert set(result.overheads) == {name for name in PROBES if IS_AFFECTED or name.startswith('monitor')}
     for name, found in result.overheads.items():
-        assert len(found.path_s) == len(found.direct_s) == reference.PROBE_SAMPLES * rounds, name
-        assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(reference.PROBE_SAMPLES)], name
-        assert found.calls == reference.CALLS[name.partition('-')[0]]
+        per_round = reference.PROBE_SAMPLES if '@' not in name else 1
+        assert len(found.path_s) == len(found.direct_s) == per_round * rounds, name
+        assert found.rounds == [r for r in range(1, rounds + 1) for _ in range(per_round)], name
+        assert found.calls == reference.calls(name) and found.calls >= reference.MIN_CALLS, name
+    assert reference.calls('hook-batch') == reference.CALLS['hook'] and reference.calls('monitor@256') == 16
     assert len(metric('monitor share of a step').read(result)) == rounds
+    assert len(metric('monitor beyond the move, 256 samples').read(result)) == rounds
     assert bool(result.patched_by_enable) is IS_AFFECTED, 'enable() patches exactly where the release is affected'
     assert 'on the device' in result.legs['shim-batch'].monitor
 
@@ -136,8 +140,10 @@ class _Counting:
         self.calls, self.on_host = 0, 0
 
     def __call__(self, batch: Any) -> Any:
+        from compatshim.observe.recorder import is_on_device, tensors
+
         self.calls += 1
-        self.on_host += not getattr(batch[0], '_compatshim_on_accelerator', False)
+        self.on_host += not is_on_device(tensors(batch)[0])
         return batch
 
 
@@ -158,7 +164,7 @@ def test_each_path_of_a_probe_runs_the_transform_once_per_call(name: str) -> Non
         compatshim.enable()
         path_s, direct_s = probe.sample()
         assert transform.calls == 2 * probe.calls and path_s > 0 and direct_s > 0
-        assert transform.on_host == 0 or name == 'monitor'  # the monitor's DataSpec is Composer's own
+        assert transform.on_host == 0 or name.startswith('monitor')  # the monitor's DataSpec is Composer's own
     finally:
         probe.close()
 
@@ -210,6 +216,23 @@ def test_planted_hook_delay_restores_the_hooks_exactly() -> None:
     assert (BatchHook.__dict__['__call__'], MicrobatchHook.__dict__['__call__']) == before
 
 
+def test_planted_tensor_delay_slows_each_counted_tensor_and_restores_the_counter() -> None:
+    """The planted per-tensor delay sits on the counter of every device it is installed on while the block runs (the
+    monitor's probe on a detection-style batch then costs more than the move: its gate's planted regression)."""
+    from compatshim.observe.recorder import MoveCounter
+    from compatshim.testing import FakeAcceleratorDevice
+
+    before = MoveCounter.__dict__['install']
+    with reference.planted_tensor_delay(20):
+        device = FakeAcceleratorDevice()
+        counter = MoveCounter().install(device)
+        started = time.perf_counter()
+        device.batch_to_device(reference.batch_of('monitor@16'))
+        assert time.perf_counter() - started >= 48 * 20e-6, 'not 20 µs more for each of 48 tensors'
+        assert counter.take() == {'float32': 16 * (3 * 8 * 8 + 2 * 4) * 4, 'int64': 16 * 2 * 8}
+    assert MoveCounter.__dict__['install'] is before
+
+
 def test_bad_input_is_refused_clearly(capsys: Any) -> None:
     with pytest.raises(ValueError, match="unknown size 'huge'; choose one of tiny, cpu, gpu"):
         reference.bench_reference('cpu', 'huge')
@@ -217,3 +240,7 @@ def test_bad_input_is_refused_clearly(capsys: Any) -> None:
         reference.bench_reference('cpu', 'tiny', plant_slowdown=-1)
     assert _cli.main(['bench', '--plant-hook-us', '-5']) == 2
     assert 'plant_hook_us must be between 0 and 100000' in capsys.readouterr().err
+    assert _cli.main(['bench', '--plant-tensor-us', '5000']) == 2
+    assert 'plant_tensor_us must be between 0 and 1000 µs, got 5000' in capsys.readouterr().err
+    with pytest.raises(ValueError, match='no probe .monitor@3.; choose one of hook-batch'):
+        reference.make_probe('monitor@3', accelerator('cpu'))

@@ -313,4 +313,3 @@ def test_a_loops_reads_of_the_hook_names_make_no_object_per_batch(monkeypatch: p
     t.fit()
     assert len(probe.calls) == 12, 'the transform did not run once per batch'
     assert sum(made.values()) <= 2, f'hooks made for 12 batches of 2 microbatches: {dict(made)}'
-

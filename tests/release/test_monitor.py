@@ -921,13 +921,12 @@ def _by_hand(batch: list[dict[str, torch.Tensor]]) -> dict[str, int]:
 def test_a_many_tensor_batch_is_counted_exactly(leg: str) -> None:
     """A list of 24 per-sample dicts (72 tensors, three dtypes) per step: the bytes by dtype of each step are the hand
     count of its batch, the transform is called once per step and every call is on the device."""
+    from composer import Callback, Trainer
     from composer.core import DataSpec
     from composer.loggers import InMemoryLogger
 
     from compatshim.monitor import TransformMonitor
     from compatshim.observe.recorder import is_on_device
-
-    from composer import Callback, Trainer
 
     batches = [_detection_batch(DETECTION_SAMPLES, seed) for seed in range(3)]
     seen: list[bool] = []

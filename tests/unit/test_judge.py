@@ -18,7 +18,15 @@ import pytest
 
 from compatshim import _cli
 from compatshim.bench import gate, rule
-from compatshim.bench.metrics import COMPARABLE_BY, METRICS, PIPELINE_COMPARABLE_BY, Gate, metric, pipeline_metrics
+from compatshim.bench.metrics import (
+    COMPARABLE_BY,
+    METRICS,
+    PIPELINE_COMPARABLE_BY,
+    Gate,
+    metric,
+    pipeline_metrics,
+    tensors_of,
+)
 from compatshim.bench.results import BenchResult, PipelineResult, gather, record_baseline, reference_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,11 +80,16 @@ def _report(tmp_path: Path, *results: BenchResult, baselines: Path = BASELINES) 
 
 
 def _scaled(
-    result: BenchResult, shim: float = 1.0, machine: float = 1.0, hook_us: float = 0.0, monitor: float = 1.0
+    result: BenchResult,
+    shim: float = 1.0,
+    machine: float = 1.0,
+    hook_us: float = 0.0,
+    monitor: float = 1.0,
+    tensor_us: float = 0.0,
 ) -> BenchResult:
     """``result`` as if the shim legs were ``shim`` times as fast, the whole machine ``machine`` times as fast, every
-    call of the shim's hook path ``hook_us`` µs slower, and the monitor's own work ``monitor`` times as slow: on the
-    raw numbers every metric is read from."""
+    call of the shim's hook path ``hook_us`` µs slower, the monitor's own work ``monitor`` times as slow, and the
+    monitor ``tensor_us`` µs slower for each tensor it counts: on the raw numbers every metric is read from."""
     out = copy.deepcopy(result)
     for name, leg in out.legs.items():  # a shim leg's partner is never a shim leg
         factor = machine * (shim if name.startswith('shim') else 1.0)
@@ -85,6 +98,7 @@ def _scaled(
         leg.beside = {partner: [v / machine for v in windows] for partner, windows in leg.beside.items()}
     for name, found in out.overheads.items():
         extra = hook_us * 1e-6 * found.calls if name.startswith('hook') else 0.0
+        extra += tensor_us * 1e-6 * found.calls * tensors_of(name) if name.startswith('monitor') else 0.0
         own = monitor if name == 'monitor' else 1.0
         found.path_s = [(d + (p - d) * own) / machine + extra for p, d in zip(found.path_s, found.direct_s)]
         found.direct_s = [d / machine for d in found.direct_s]
@@ -266,6 +280,25 @@ def test_a_monitor_over_its_limit_is_a_regression_without_a_baseline() -> None:
     found = {j.metric: j for j in judged(heavy, None)}
     assert found[share.id].outcome == 'regression' and found[share.id].threshold == '≤ 1%'
     assert {j.metric: j.outcome for j in judged(result, None)}[share.id] == 'ok'
+
+
+@pytest.mark.parametrize('env', RECORDED)
+def test_a_monitor_slower_per_tensor_is_a_regression_beyond_the_move(env: str, tmp_path: Path, capsys: Any) -> None:
+    """1 µs more per tensor the monitor counts (``COMPATSHIM_PLANT_TENSOR_US=1``): on the detection-style batch of
+    768 tensors its cost beyond Composer's own move of that batch passes its limit, though on the image batch of two
+    tensors its share of a step hardly moves; the committed run itself is within the limit."""
+    result = next(r for r in gather([REPORT / 'report.json']) if r.env == env)
+    beyond = metric('monitor beyond the move, 256 samples')
+    assert {j.metric: j.outcome for j in judged(result, None)}[beyond.id] == 'ok'
+    slower = _scaled(result, tensor_us=1.0)
+    found = {j.metric: j for j in judged(slower, None)}
+    assert (
+        found[beyond.id].outcome == 'regression'
+        and found[beyond.id].threshold == f'≤ {rule.MONITOR_BEYOND.limit:g}% of the move'
+    )
+    assert found['monitor share of a step'].outcome == 'ok'
+    assert _report(tmp_path, slower)[0] == 1
+    assert f'REGRESSION {env} monitor beyond the move, 256 samples' in capsys.readouterr().out
 
 
 def test_bytes_are_a_count_judged_exactly() -> None:

@@ -222,9 +222,10 @@ def test_no_function_over_60_lines_or_7_parameters() -> None:
 
 
 def test_device_names_are_compared_only_in_the_accelerator() -> None:
+    """Only the accelerator may tell device names apart (it no longer needs to: a tensor's memory is told by
+    ``is_cpu``); the planted comparison of the next test shows the check finds one."""
     found = {name: device_comparisons(path.read_text()) for name, path in MODULES.items()}
     assert {n: c for n, c in found.items() if c and n != 'compatshim.devices.accelerator'} == {}
-    assert found['compatshim.devices.accelerator'], 'the accelerator is where device names are told apart'
 
 
 def test_one_name_per_thing_in_the_bench() -> None:
@@ -272,8 +273,11 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: own step reset; on 0.27+ the hook names served by data descriptors (HookName: a read of any other attribute is
 #: Python's own), the watch's lookup only where a subclass defines a hook name itself (own_hook_names, also behind
 #: the shim's warning of such a class) and one make_lookup for the shim's and the watch's __getattribute__; the caller
-#: check seeing through another library's descriptor; the doctor's list of targets by family.
-RATCHET = {'compatshim/bench': 3371, 'compatshim/shim': 1537, 'compatshim': 8005}
+#: check seeing through another library's descriptor; the doctor's list of targets by family. Raised for issue 60:
+#: the shim's hooks made once a loop (the loop frame's hook cache); the monitor counting where the move walks (the
+#: counter's two moves, placement read from the move); the probes on detection-style batches (their batches and calls,
+#: the gate beyond the move, the report's tables of cost and growth, the planted per-tensor delay).
+RATCHET = {'compatshim/bench': 3625, 'compatshim/shim': 1574, 'compatshim': 8388}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
