@@ -385,9 +385,9 @@ DIRECT = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: dir
 #: cpu size only (a GPU's shorter step was never measured against it).
 MONITOR_SHARE = Share('the monitor', limit=1.0, sizes=('cpu', 'gpu'))
 HOOK_SHARE = Share("the shim's hook", limit=0.1, sizes=('cpu',))
-#: On a detection-style batch of 768 tensors (docs/harness.md), DeviceCPU: the monitor 43-49% of the move on every
-#: release (267-281% before it counted where the move walks), the hook 0-5%, in a slow phase of a 2-core machine (its
-#: samples/s 35-57% below the baselines'); 1 µs more per tensor counted adds 40-100% of the move (1.2-2.5 µs a tensor).
+#: On a detection-style batch of 768 tensors (docs/harness.md), DeviceCPU: the monitor 43-56% of the move on every
+#: release in two runs (267-281% before it counted where the move walks), the hook 0-5%, in a slow phase of a 2-core
+#: machine (samples/s 35-57% below the baselines'); 1 µs more per tensor counted adds 40-100% of the move.
 MONITOR_BEYOND = Beyond('the monitor', limit=75.0, sizes=('cpu', 'gpu'), batch='a detection-style batch')
 HOOK_BEYOND = Beyond("the shim's hook", limit=25.0, sizes=('cpu',), batch='a detection-style batch')
 BYTES = Exact('count', 'h2d_bytes_per_step', lambda old, new: new < old, ' bytes/step',
