@@ -324,6 +324,11 @@ def is_prerelease(tag: str) -> bool:
     raise SystemExit(f'check_dist: the tag {tag} is not v and a version (PEP 440)')
 
 
+def as_released(changelog: str) -> str:
+    """``changelog`` as its newest release had it: what main added under ``## [Unreleased]`` since, left out."""
+    return re.sub(r'(## \[Unreleased\]\n).*?(?=\n## \[)', r'\1', changelog, count=1, flags=re.S)
+
+
 def _tag_problems(tag: str) -> list[str]:
     version = _version()
     if tag != f'v{version}':
