@@ -59,6 +59,9 @@ class BatchHook(TapsInside):
         if frame is None:  # called by hand outside a loop
             return batch
         host = STATE.family is Family.HOST
+        if host and frame.mode == 'predict':  # 0.25–0.26 predict moved the whole batch first, once, as 0.24.1 did
+            transform = self.transform
+            return call(spec, 'device_transforms', transform, batch) if holds(transform) else batch  # type: ignore[arg-type]
         if self.stage == 'batch':
             transform = self.transform if host else device_transforms_of(spec)
             moved = frame.device.batch_to_device(batch)
@@ -71,8 +74,6 @@ class BatchHook(TapsInside):
         if not host or not holds(transform):
             return batch  # 0.27+: the microbatch hook runs it after each move
         assert transform is not None
-        if frame.mode == 'predict':
-            return call(spec, 'device_transforms', transform, batch)  # 0.25–0.26 predict moves the whole batch first
         frame.arm(spec, transform)
         return batch
 

@@ -139,8 +139,9 @@ def _reader(exc: BaseException) -> Optional[str]:
 
 class _Interposer:
     """Stands in for ``device.batch_to_device`` while frames need it. In the innermost frame of this device, the
-    trainer's own moves: after the shim's move of the step, the batch as it is; armed, the move, then the transform.
-    Every other move (a callback's, the transform's own, another loop's) is the move alone."""
+    trainer's own moves, and Composer's algorithms' moves of ``state.batch``: after the shim's move of the step, the
+    batch as it is; armed, the move, then the transform. Every other move (a callback's, the transform's own, another
+    loop's) is the move alone."""
 
     def __init__(self, device: Any, move: Callable[[Batch], Batch]) -> None:
         self.device = device
@@ -152,13 +153,24 @@ class _Interposer:
         frame = current_frame()
         if frame is None or frame.device is not self.device:
             return self.move(batch)
-        if frame.passed and by_loop(frame.reader):
+        if frame.passed and (by_loop(frame.reader) or _composers_move_of_the_step(frame, batch)):
             return batch
         moved = self.move(batch)
         armed = frame.armed
         if armed is None or not by_loop(frame.reader):
             return moved
         return call(frame.armed_by, 'device_transforms', armed, moved)
+
+
+def _composers_move_of_the_step(frame: LoopFrame, batch: Batch) -> bool:
+    """Whether Composer's own code (an algorithm: 0.25+'s ``SelectiveBackprop.apply``) moves the step's batch
+    (``state.batch``) again, after the shim moved it: 0.24.1 moved it once."""
+    if frame.state is None or batch is not frame.state.batch:
+        return False
+    caller: Optional[FrameType] = sys._getframe(2)
+    while caller is not None and caller.f_globals.get('__name__', '').startswith('compatshim.'):
+        caller = caller.f_back
+    return caller is not None and caller.f_globals.get('__name__', '').startswith('composer.')
 
 
 def _stack() -> list[LoopFrame]:

@@ -61,6 +61,10 @@ AXES: dict[str, tuple[str, ...]] = {
     'events': ('none', 'record', 'move'),
     # An error raised later by the user's own code: the model, a callback (a NaN guard), the dataset.
     'later': ('none', 'model', 'callback', 'dataset'),
+    # The trainer's Device as code written for 0.24.1 sets it up: Composer's own; a subclass whose batch_to_device
+    # counts its moves, or normalises on the way (not idempotent); a wrapper on the instance's batch_to_device (a
+    # transfer profiler) set before the Trainer, or by a callback at FIT_START.
+    'device': ('composer', 'counting', 'normalising', 'wrapped_before', 'wrapped_fit_start'),
 }
 
 

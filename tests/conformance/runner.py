@@ -10,6 +10,8 @@ between 0.24.1 (unshimmed) and an affected release (with the shim):
 - ``forwards``: per forward, what the model saw: the structure, where each tensor was, a checksum;
 - ``events``: where ``state.batch`` was at the events a callback records;
 - ``reads``: what ``spec.device_transforms`` read after construction and after the run;
+- ``moves``: per call of the user's own ``batch_to_device`` (a Device subclass's, or a wrapper on the instance), what
+  it was given and where its tensors were;
 - ``error``: the exception that ended the run: its class, first line, and the built-in classes it is an instance of.
 
 This module imports torch and Composer.
@@ -322,6 +324,8 @@ def callbacks(p: dict[str, Any], spec: Any, fn: Any) -> list[Any]:
     class Events(Callback):  # type: ignore[misc]
         def run_event(self, event: Event, state: Any, logger: Any) -> None:
             name = event.value
+            if name == 'fit_start' and p['device'] == 'wrapped_fit_start':
+                wrap(state.device)
             if p['events'] != 'none' and name in (
                 'after_dataloader',
                 'before_forward',
@@ -364,12 +368,55 @@ def trainer_class(p: dict[str, Any]) -> type:
     return Mine
 
 
+def _moved(batch: Any) -> None:
+    LOG['moves'].append([_kind(batch), _places(batch)])
+
+
+def _normalised(batch: Any) -> Any:
+    """``batch`` with 1 added to every float tensor (a normalisation on the way: moving twice shows)."""
+    if isinstance(batch, torch.Tensor):
+        return batch + 1 if batch.is_floating_point() else batch
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_normalised(item) for item in batch)
+    if isinstance(batch, dict):
+        return {key: _normalised(value) for key, value in batch.items()}
+    return batch
+
+
+def wrap(device: Any) -> None:
+    """A transfer profiler's wrapper on ``device``'s own ``batch_to_device``: it logs each call."""
+    inner = device.batch_to_device
+
+    def batch_to_device(batch: Any) -> Any:
+        _moved(batch)
+        return inner(batch)
+
+    device.batch_to_device = batch_to_device
+
+
+def device_of(p: dict[str, Any], auto: bool) -> Any:
+    """The trainer's Device as the program's user set it up (the ``device`` axis)."""
+    base, kind = make_device(auto_microbatching=auto), p['device']
+    if kind in ('counting', 'normalising'):
+
+        class Users(type(base)):  # type: ignore[misc]
+            def batch_to_device(self, batch: Any) -> Any:
+                _moved(batch)
+                moved = super().batch_to_device(batch)
+                return _normalised(moved) if kind == 'normalising' else moved
+
+        return Users()
+    if kind == 'wrapped_before':
+        wrap(base)
+    return base
+
+
 def _loop(p: dict[str, Any], spec: Any, fn: Any) -> None:
     microbatch = {'none': None, 'int': 2, 'auto': 'auto'}[p['microbatch']]
     kwargs: dict[str, Any] = {'seed': 17, 'progress_bar': False, 'precision': 'fp32', 'log_to_console': False}
     if microbatch is not None:
         kwargs['device_train_microbatch_size'] = microbatch
-    device = make_device(auto_microbatching=microbatch == 'auto')
+    device = device_of(p, auto=microbatch == 'auto')
     loop, cls = p['loop'], trainer_class(p)
     cbs = callbacks(p, spec, fn)
     if loop == 'train':
@@ -406,7 +453,7 @@ def _error(exc: BaseException) -> dict[str, Any]:
 def run(p: dict[str, Any]) -> dict[str, Any]:
     """Run program ``p`` (with the shim as the caller left it) and return its trace."""
     LOG.clear()
-    LOG.update(effect=p['effect'], calls=[], forwards=[], events=[], state=None)
+    LOG.update(effect=p['effect'], calls=[], forwards=[], events=[], moves=[], state=None)
     fn = transform(p['transform'])
     trace: dict[str, Any] = {'reads': [], 'error': None, 'warned': []}
     with warnings.catch_warnings(record=True) as caught:
@@ -421,7 +468,7 @@ def run(p: dict[str, Any]) -> dict[str, Any]:
     from compatshim.errors import CompatShimWarning
 
     trace['warned'] = sorted({str(w.message)[:80] for w in caught if issubclass(w.category, CompatShimWarning)})
-    trace.update(calls=LOG['calls'], forwards=LOG['forwards'], events=LOG['events'])
+    trace.update(calls=LOG['calls'], forwards=LOG['forwards'], events=LOG['events'], moves=LOG['moves'])
     if 'property_reads' in LOG:  # 0.24.1's trainer read the attribute once per batch
         trace['property_reads'] = LOG['property_reads']
     LOG.clear()
