@@ -13,10 +13,9 @@ DIFFERENCES: dict[str, str] = {
     'not-callable': "`DataSpec(device_transforms='not callable')`: `TypeError` naming the value at once, nothing "
     'built, where 0.24.1 raised at the first batch (an assigned value that is not callable fails at the first batch, '
     'as on 0.24.1).',
-    'positions': 'Positional arguments where the installed release reads a position differently from 0.24.1 (0.27+): '
-    "on 0.27–0.28 a call that gives `device_transforms` by position with more after it is read in 0.24.1's order; any "
-    "other such call keeps the release's reading, with a `CompatShimWarning` (once) naming each position and the "
-    'keyword to use.',
+    'positions': "Positional arguments are read in 0.24.1's order on every release (0.29+ read position 3 as "
+    '`batch_transforms`), with a `CompatShimWarning` (once) naming each position so read and the keyword for the '
+    "release's own arguments; more positions than 0.24.1 took (it refused them) keep the release's reading.",
     'identity': "On 0.27+ the identity method of a DataSpec given no transform is Composer's `_default_transforms` "
     "(0.24.1's was `_default_device_transforms`; a subclass's own `_default_device_transforms` runs, as on 0.24.1).",
     'native': "On 0.27+, Composer's own `batch_transforms` and `microbatch_transforms` run too, around "

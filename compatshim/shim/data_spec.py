@@ -76,44 +76,39 @@ REFERENCE_PARAMETERS = (
 
 
 def _by_position(
-    signature: inspect.Signature, family: Family, args: tuple[Any, ...], kwargs: dict[str, Any]
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A call's positional arguments, where the installed release reads a position differently from 0.24.1.
+    """A call's positional arguments, read in 0.24.1's order where the installed release reads a position otherwise.
 
-    The rule: on 0.27–0.28, a call that gives ``device_transforms`` by position (index 3) and more after it is code
-    written for 0.24.1 (those releases deprecated that argument when they added the ones now at those positions), so
-    its positions are read in 0.24.1's order. Any other call whose positions mean something else on the installed
-    release keeps the release's reading, and a warning (once per process) names each position and the keyword to use.
+    Whoever enables the shim declares code written for 0.24.1, and Composer itself only ever calls
+    ``DataSpec(dataloader)`` or ``DataSpec(**kwargs)``: so ``DataSpec(dl, None, None, fn)`` gives ``device_transforms``
+    on every release (0.29+ read position 3 as ``batch_transforms``). A warning (once per process and count of
+    positions) names each position read so, and the keyword for this release's own arguments. More positions than
+    0.24.1 took (which it refused) keep the release's reading.
     """
     names = [name for name in signature.parameters if name != 'self']
     moved = [
-        (i, names[i] if i < len(names) else None, REFERENCE_PARAMETERS[i] if i < len(REFERENCE_PARAMETERS) else None)
-        for i in range(len(args))
+        (i, names[i] if i < len(names) else None, theirs)
+        for i, theirs in enumerate(REFERENCE_PARAMETERS[: len(args)])
+        if (names[i] if i < len(names) else None) != theirs
     ]
-    moved = [(i, mine, theirs) for i, mine, theirs in moved if mine != theirs]
-    if not moved:
+    if not moved or len(args) > len(REFERENCE_PARAMETERS):
         return args, kwargs
     twice = next((theirs for _, _, theirs in moved if theirs in kwargs), None)
     if twice is not None:  # as Python said it on 0.24.1, where the position was that keyword's
         raise TypeError(f"DataSpec.__init__() got multiple values for argument '{twice}'")
-    if family is Family.DROPPED and len(args) > 4 and args[3] is not None and len(args) <= len(REFERENCE_PARAMETERS):
-        named = dict(zip(REFERENCE_PARAMETERS, args))
-        if not set(named) & set(kwargs):
-            return (), {**named, **kwargs}
     key = f'positions:{len(args)}'
     if key not in STATE.warned:
         STATE.warned.add(key)
-        said = '; '.join(
-            f'position {i} is {mine} here and was {theirs} on Composer 0.24.1' for i, mine, theirs in moved
-        )
+        said = '; '.join(f'position {i} as {theirs} (here: {mine or "none"})' for i, mine, theirs in moved)
+        newer = [mine for _, mine, _ in moved if mine and mine not in REFERENCE_PARAMETERS]
         warnings.warn(
-            f'compatshim: DataSpec got {len(args)} positional arguments: {said}. They are read as this release reads '
-            f'them; pass them by keyword ({", ".join(f"{theirs}=..." for _, _, theirs in moved if theirs)}) to say '
-            'which you mean.',
+            f"compatshim: DataSpec got {len(args)} positional arguments, read in Composer 0.24.1's order: {said}. "
+            + (f'Pass {", ".join(f"{name}=..." for name in newer)} by keyword.' if newer else ''),
             CompatShimWarning,
             stacklevel=3,
         )
-    return args, kwargs
+    return (), {**dict(zip(REFERENCE_PARAMETERS, args)), **kwargs}
 
 
 def _check_transform(transform: Any) -> None:
@@ -140,7 +135,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         stage = kwargs.pop('data_transfer_stage', None)
         if stage is not None:
             stage = stages.validate_stage(stage, what='DataSpec data_transfer_stage')
-        args, kwargs = _by_position(signature, family, args, kwargs)
+        args, kwargs = _by_position(signature, args, kwargs)
         transform, without_args, without_kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
         if family is Family.HOST:  # Composer sets self.device_transforms itself, as 0.24.1 did

@@ -48,7 +48,18 @@ def _del(program: Program, ref: Trace, got: Trace) -> bool:
 
 
 def _positions(program: Program, ref: Trace, got: Trace) -> bool:
-    return program['given'].startswith('position') and any('positional arguments' in line for line in got['warned'])
+    """More positions than 0.24.1 took, which it refused: the release reads them (none of the generated programs)."""
+    error = ref['error'] or {}
+    return program['given'].startswith('position') and 'positional argument' in error.get('line', '')
+
+
+#: What the shim says where a program runs as on 0.24.1, as code written for it means (positions read in 0.24.1's
+#: order): a notice, not a difference.
+NOTICES = ('positional arguments, read in',)
+
+
+def _unnoticed(trace: Trace) -> Trace:
+    return {**trace, 'warned': [line for line in trace['warned'] if not any(n in line for n in NOTICES)]}
 
 
 RULES: dict[str, Callable[[Program, Trace, Trace], bool]] = {'del': _del, 'positions': _positions}
@@ -56,7 +67,7 @@ RULES: dict[str, Callable[[Program, Trace, Trace], bool]] = {'del': _del, 'posit
 
 def verdict(program: Program, stage: str, ref: Trace, got: Trace) -> Optional[str]:
     """``identical``, ``by rule <name>``, or ``None``: a difference no rule allows."""
-    if got == ref:
+    if _unnoticed(got) == ref:
         return 'identical'
     for name, allows in RULES.items():
         if allows(program, ref, got):

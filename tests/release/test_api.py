@@ -122,18 +122,31 @@ def test_bad_dataspec_arguments() -> None:
 
 
 @NEEDS_PATCH
-def test_positional_device_transforms_where_composer_has_the_parameter() -> None:
+@pytest.mark.parametrize('after', [pytest.param(False, id='alone'), pytest.param(True, id='split_batch-after')])
+def test_positions_in_0_24_1s_order_on_every_release(after: bool) -> None:
+    """``DataSpec(dl, None, None, fn[, split])``, 0.24.1's order: ``fn`` is the device_transforms on every release
+    (0.29+ read position 3 as ``batch_transforms``, on the host; 0.27-0.28 position 4 as ``batch_transforms``), said
+    once where the release reads a position otherwise."""
     from composer.core import DataSpec
 
     compatshim.enable()
-    probe = Probe()
-    if FAMILY is Family.REJECTED:
-        pytest.skip('0.29+ has no positional device_transforms')
-    spec = DataSpec(loader(8), None, None, probe)
+    probe, splits = Probe(), []
+
+    def split(batch: Any, size: int) -> Any:
+        splits.append(size)
+        return [batch]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        spec = DataSpec(loader(8), None, None, probe, *([split] if after else []))
+    said = [str(w.message) for w in caught if issubclass(w.category, compatshim.CompatShimWarning)]
     assert spec.device_transforms is probe
     t, _ = trainer(make_device())
     t.fit(train_dataloader=spec, duration='1ba')
     assert [c.placement for c in probe.calls] == ['device']
+    assert bool(splits) is after
+    differs = FAMILY is Family.REJECTED or (after and FAMILY is Family.DROPPED)
+    assert len(said) == differs and all("read in Composer 0.24.1's order: position" in line for line in said), said
 
 
 def _pretend_installed(monkeypatch: pytest.MonkeyPatch, installed: Any) -> None:
