@@ -302,6 +302,11 @@ def text(report: dict[str, Any]) -> str:
     lines.append(f'  {report["detail"]}')
     if report['would_patch']:  # Class.method
         lines.append('  enable() patches: ' + ', '.join('.'.join(t.rsplit('.', 2)[-2:]) for t in report['would_patch']))
+    if report['family'] in ('dropped', 'rejected'):
+        lines.append(
+            '  build DataSpecs after enable() (or start the job with compatshim run): on this release one built '
+            'before loses its device_transforms (0.27-0.28 drop it without a trace, 0.29+ raise TypeError)'
+        )
     check, legs = report['self_check'], (('without shim', 'without_shim'), ('with shim', 'with_shim'))
     if check:
         lines.append(f'  self-check on {check["device"]} (2-step fit, eval, predict):')

@@ -21,8 +21,9 @@ DIFFERENCES: dict[str, str] = {
     'native': "On 0.27+, Composer's own `batch_transforms` and `microbatch_transforms` run too, around "
     '`device_transforms`, as that release runs them.',
     'built-before': 'A DataSpec built before `enable()` on 0.27+: 0.27–0.28 dropped its `device_transforms` argument '
-    '(nothing is left to run) and 0.29+ refused it (`TypeError`); build DataSpecs after `enable()`, or start the job '
-    'with `compatshim run`. (On 0.25–0.26 such a DataSpec runs on the device.)',
+    "(nothing is left to run; a `CompatShimWarning` at the trainer's first read of it says so) and 0.29+ refused it "
+    '(`TypeError`); build DataSpecs after `enable()`, or start the job with `compatshim run` (`compatshim doctor` '
+    'says so too). (On 0.25–0.26 such a DataSpec runs on the device.)',
     'wrapped-lookup': "On 0.25–0.26, a DataSpec subclass's own `__getattribute__` that wraps what `device_transforms` "
     'reads: its wrapper is called with the batch before the move (the trainer calls the attribute before moving, and '
     'the shim moves inside what the wrapper was given); the transform inside it runs on the device.',

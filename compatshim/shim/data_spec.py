@@ -18,10 +18,11 @@ import functools
 import inspect
 import types
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 from compatshim.config import stages
-from compatshim.config.support import HOOKS, Family
+from compatshim.config.support import HOOKS, Family, installed
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
@@ -145,6 +146,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
             self.device_transforms = _default(self) if transform is None else transform
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
+        _BUILT.add(self)
         if family is not Family.HOST and type(self) is not record.owner:
             _warn_own_hook_names(type(self), record.owner, family)
 
@@ -187,6 +189,8 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     held = None if hooks is None else hooks.get(name)
     if held is not None and held[1] == stage and _same(held[0], value):
         return held[2]
+    if STATE.family is Family.DROPPED and name == 'batch_transforms':
+        _warn_built_before(spec)
     hook: Any
     if name == 'device_transforms':  # 0.25–0.26
         hook = BatchHook(spec, None, value, stage)
@@ -197,6 +201,26 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     if hooks is not None:
         hooks[name] = (value, stage, hook)
     return hook
+
+
+#: The DataSpecs the shim's ``__init__`` built (a copy or an unpickled one holds their ``device_transforms``).
+_BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _warn_built_before(spec: Any) -> None:
+    """Say once, at the trainer's first read of its hooks, that a DataSpec was built before ``enable()`` on 0.27–0.28,
+    which drop a ``device_transforms`` argument at construction without a trace: none can run on the device."""
+    own = notes.own(spec)
+    if 'built-before' in STATE.warned or 'device_transforms' in own or 'batch_transforms' not in own or spec in _BUILT:
+        return  # said; or built (or copied) with the shim on; or Composer's __init__ never ran (a delegating class)
+    STATE.warned.add('built-before')
+    warnings.warn(
+        f'compatshim: {notes.spec_name(spec)} was built before compatshim.enable(): a device_transforms given to it '
+        f'was dropped by Composer {installed("mosaicml")} at construction, without a trace, and does not run. Build '
+        'DataSpecs after enable(), or start the job with compatshim run.',
+        CompatShimWarning,
+        stacklevel=4,
+    )
 
 
 def _same(held: Any, value: Any) -> bool:

@@ -11,10 +11,11 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import IS_AFFECTED, NEEDS_PATCH
-from workload import Probe, loader
+from conftest import FAMILY, IS_AFFECTED, NEEDS_PATCH, make_device
+from workload import Probe, loader, trainer
 
 import compatshim
+from compatshim.config.support import Family
 from compatshim.shim import registry
 
 pytestmark = pytest.mark.python
@@ -101,3 +102,28 @@ def test_device_transforms_given_twice_is_composers_error() -> None:
     compatshim.enable()
     with pytest.raises(TypeError, match="multiple values for argument 'device_transforms'"):
         DataSpec(loader(8), None, None, Probe(), device_transforms=Probe())
+
+
+@pytest.mark.skipif(FAMILY is not Family.DROPPED, reason='0.27-0.28 drop a device_transforms given before enable()')
+def test_a_dataspec_built_before_enable_is_said_once_at_the_trainers_first_read() -> None:
+    """0.27-0.28 drop a ``device_transforms`` argument at construction, without a trace: a DataSpec built before
+    ``enable()`` trains untransformed. The shim cannot run what it never saw, but says so, once, when the trainer first
+    reads such a DataSpec; one built after, or a copy of one, or one whose attribute was deleted, is not said."""
+    import copy
+
+    from composer.core import DataSpec
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # Composer's own deprecation warning
+        before = DataSpec(loader(8), device_transforms=Probe())
+    compatshim.enable()
+    after = DataSpec(loader(8), device_transforms=Probe())
+    deleted = copy.copy(after)
+    del deleted.device_transforms
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        t, _ = trainer(make_device())
+        for spec in (after, copy.copy(after), deleted, before, before):
+            t.fit(train_dataloader=spec, duration='1ba', reset_time=True)
+    said = [str(w.message) for w in caught if 'built before compatshim.enable()' in str(w.message)]
+    assert len(said) == 1 and 'DataSpec(dataloader=DataLoader over TensorDataset)' in said[0], said
