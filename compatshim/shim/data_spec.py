@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
 import warnings
 import weakref
@@ -191,6 +192,8 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
         return held[2]
     if STATE.family is Family.DROPPED and name == 'batch_transforms':
         _warn_built_before(spec)
+    if name in _ASSIGNED.get(spec, ()):
+        value = _assigned(spec, name, value)
     hook: Any
     if name == 'device_transforms':  # 0.25–0.26
         hook = BatchHook(spec, None, value, stage)
@@ -201,6 +204,29 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     if hooks is not None:
         hooks[name] = (value, stage, hook)
     return hook
+
+
+#: The hook names of 0.27+ that code other than Composer's ``__init__`` assigned on a DataSpec (a subclass's own).
+_ASSIGNED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _assigned(spec: Any, name: str, value: Any) -> Any:
+    """What the trainer's hook runs for a hook name of 0.27+ that code other than Composer's assigned on ``spec``: code
+    written for 0.24.1 used these names for its own purposes (0.24.1 never read them), so a value that is not callable
+    is no transform (``None``); a callable one is called, as Composer would, and said once per class and name."""
+    if not callable(value):
+        return None
+    key = f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}'
+    if key not in STATE.warned:
+        STATE.warned.add(key)
+        warnings.warn(
+            f'compatshim: {type(spec).__qualname__} assigns {name} itself: the trainer calls it as its own {name} on '
+            f'Composer {installed("mosaicml")} (0.24.1 never read that name). If it is no transform of the batch, give '
+            'it another name.',
+            CompatShimWarning,
+            stacklevel=4,
+        )
+    return value
 
 
 #: The DataSpecs the shim's ``__init__`` built (a copy or an unpickled one holds their ``device_transforms``).
@@ -306,6 +332,8 @@ class HookName:
 
     def __set__(self, spec: Any, value: Any) -> None:
         notes.own(spec)[self.name] = value
+        if sys._getframe(1).f_globals.get('__name__') != notes.DATA_SPEC_MODULE:  # not Composer's own __init__
+            _ASSIGNED.setdefault(spec, set()).add(self.name)
 
     def __delete__(self, spec: Any) -> None:
         try:

@@ -159,3 +159,34 @@ def test_the_monitor_never_changes_what_the_attribute_reads(shim: bool) -> None:
     t.fit(train_dataloader=spec, duration='2ba')
     assert reads == [True, True] and spec.device_transforms is fn
     assert monitor.summaries[-1].transforms['device_transforms'].calls == 2
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step: int) -> None:
+    """0.24.1 never read ``batch_transforms`` or ``microbatch_transforms``: a subclass written for it may keep its own
+    lists of host transforms there (0.27+ call them: ``TypeError``). With the shim it trains as on 0.24.1; a callable
+    kept under such a name is called, as Composer would, and said once, naming the class."""
+    import warnings
+
+    from composer.core import DataSpec
+
+    class Described(DataSpec):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.batch_transforms = ['flip', 'crop']  # what the collate applies, by name
+            self.microbatch_transforms = ('none',)
+
+    class Kept(DataSpec):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.batch_transforms = lambda batch: batch  # a callable: the trainer calls it, as Composer would
+
+    probe, kept = Probe(), Probe()
+    _fit(Described(loader(32), device_transforms=probe))
+    assert_on_device(probe, 2 * per_step, 'a subclass keeping its own list under batch_transforms')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _fit(Kept(loader(32), device_transforms=kept))
+    assert_on_device(kept, 2 * per_step, 'a subclass keeping a callable under batch_transforms')
+    said = [str(w.message) for w in caught if 'assigns batch_transforms itself' in str(w.message)]
+    assert len(said) == (FAMILY in (Family.DROPPED, Family.REJECTED)), said
