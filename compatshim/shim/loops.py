@@ -75,10 +75,11 @@ class LoopFrame:
         if reader is None:
             return
         transform, before, after, spec = self.reshaped  # type: ignore[misc]
+        returned = 'None (is a `return` missing?)' if after == 'None' else f'a {after}'
         text = (
-            f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: a {after} for a batch '
-            f'that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the DataSpec '
-            f'a {reader} of your own.'
+            f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: {returned} for a '
+            f'batch that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the '
+            f'DataSpec a {reader} of your own.'
         )
         if hasattr(exc, 'add_note'):
             exc.add_note(text)

@@ -86,7 +86,8 @@ def test_a_transform_returning_none_gets_a_note_on_composers_own_error() -> None
     assert not isinstance(info.value, compatshim.CompatShimError)
     assert not any('compatshim' in line for line in str(info.value).splitlines()), 'the message was changed'
     (note,) = info.value.__notes__
-    assert 'a None for a batch that was a list of 2' in note and 'get_num_samples_in_batch' in note
+    assert 'returned: None (is a `return` missing?) for a batch that was a list of 2' in note
+    assert 'get_num_samples_in_batch' in note
     assert 'DataSpec(dataloader=DataLoader over TensorDataset)' in note
     _nothing_left_open(device)
 
