@@ -276,8 +276,11 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: check seeing through another library's descriptor; the doctor's list of targets by family. Raised for issue 60:
 #: the shim's hooks made once a loop (the loop frame's hook cache); the monitor counting where the move walks (the
 #: counter's two moves, placement read from the move); the probes on detection-style batches (their batches and calls,
-#: the gate beyond the move, the report's tables of cost and growth, the planted per-tensor delay).
-RATCHET = {'compatshim/bench': 3625, 'compatshim/shim': 1574, 'compatshim': 8388}
+#: the gate beyond the move, the report's tables of cost and growth, the planted per-tensor delay). Raised for issue
+#: 58: positions read in 0.24.1's order on every release, with their notice; the notice of a DataSpec built before
+#: enable() on 0.27-0.28 (and the doctor's line); the names 0.27 took kept by a subclass for its own; Composer's
+#: algorithms' moves of the step's batch passed; 0.25-0.26 predict's one move.
+RATCHET = {'compatshim/bench': 3625, 'compatshim/shim': 1635, 'compatshim': 8454}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
