@@ -47,7 +47,7 @@ class LoopFrame:
     armed: Optional[Callable[[Batch], Batch]] = None
     armed_by: Any = None
     #: The hooks this loop's reads of its DataSpec's hook names were served, by name, with what each was made from
-    #: (the value the read resolved to, the stage): made once, not at every read (:func:`served`).
+    #: (the value the read resolved to, the stage): made once, not at every read (``data_spec.for_trainer``).
     hooks: dict[str, tuple[Any, Optional[str], Any]] = dataclasses.field(default_factory=dict)
     #: Stage batch: the shim moved this step's batch; the loop's later moves in the step leave it as it is.
     passed: bool = False
