@@ -96,7 +96,7 @@ def _by_position(
     ]
     if not moved or len(args) > len(REFERENCE_PARAMETERS):
         return args, kwargs
-    twice = next((theirs for _, _, theirs in moved if theirs in kwargs), None)
+    twice = next((theirs for theirs in REFERENCE_PARAMETERS[: len(args)] if theirs in kwargs), None)
     if twice is not None:  # as Python said it on 0.24.1, where the position was that keyword's
         raise TypeError(f"DataSpec.__init__() got multiple values for argument '{twice}'")
     key = f'positions:{len(args)}'

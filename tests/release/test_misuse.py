@@ -102,6 +102,8 @@ def test_device_transforms_given_twice_is_composers_error() -> None:
     compatshim.enable()
     with pytest.raises(TypeError, match="multiple values for argument 'device_transforms'"):
         DataSpec(loader(8), None, None, Probe(), device_transforms=Probe())
+    with pytest.raises(TypeError, match="multiple values for argument 'num_samples'"):
+        DataSpec(loader(8), 8, None, Probe(), num_samples=8)
 
 
 @pytest.mark.skipif(FAMILY is not Family.DROPPED, reason='0.27-0.28 drop a device_transforms given before enable()')
