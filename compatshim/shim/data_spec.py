@@ -147,7 +147,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
             self.device_transforms = _default(self) if transform is None else transform
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
-        _BUILT.add(self)
+        _noting(self).add(BUILT)
         if family is not Family.HOST and type(self) is not record.owner:
             _warn_own_hook_names(type(self), record.owner, family)
 
@@ -192,7 +192,7 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
         return held[2]
     if STATE.family is Family.DROPPED and name == 'batch_transforms':
         _warn_built_before(spec)
-    if name in _ASSIGNED.get(spec, ()):
+    if name in _noted(spec):
         value = _assigned(spec, name, value)
     hook: Any
     if name == 'device_transforms':  # 0.25–0.26
@@ -206,8 +206,24 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     return hook
 
 
-#: The hook names of 0.27+ that code other than Composer's ``__init__`` assigned on a DataSpec (a subclass's own).
-_ASSIGNED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+#: What the shim notes of a DataSpec, by identity (a subclass may define ``__eq__`` and so not hash), while it lives:
+#: :data:`BUILT` where the shim's ``__init__`` built it, and the hook names of 0.27+ that code other than Composer's
+#: ``__init__`` assigned on it (a subclass's own).
+_NOTED: dict[int, tuple[weakref.ref[Any], set[str]]] = {}
+BUILT = '<built by the shim>'
+
+
+def _noted(spec: Any) -> set[str]:
+    held = _NOTED.get(id(spec))
+    return held[1] if held is not None and held[0]() is spec else set()
+
+
+def _noting(spec: Any) -> set[str]:
+    """``spec``'s notes, to add to (gone when it is)."""
+    key, held = id(spec), _NOTED.get(id(spec))
+    if held is None or held[0]() is not spec:
+        held = _NOTED[key] = (weakref.ref(spec, lambda _, key=key: _NOTED.pop(key, None)), set())  # type: ignore[misc]
+    return held[1]
 
 
 def _assigned(spec: Any, name: str, value: Any) -> Any:
@@ -229,15 +245,11 @@ def _assigned(spec: Any, name: str, value: Any) -> Any:
     return value
 
 
-#: The DataSpecs the shim's ``__init__`` built (a copy or an unpickled one holds their ``device_transforms``).
-_BUILT: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
 def _warn_built_before(spec: Any) -> None:
     """Say once, at the trainer's first read of its hooks, that a DataSpec was built before ``enable()`` on 0.27–0.28,
     which drop a ``device_transforms`` argument at construction without a trace: none can run on the device."""
-    own = notes.own(spec)
-    if 'built-before' in STATE.warned or 'device_transforms' in own or 'batch_transforms' not in own or spec in _BUILT:
+    own, said = notes.own(spec), 'built-before' in STATE.warned
+    if said or 'device_transforms' in own or 'batch_transforms' not in own or BUILT in _noted(spec):
         return  # said; or built (or copied) with the shim on; or Composer's __init__ never ran (a delegating class)
     STATE.warned.add('built-before')
     warnings.warn(
@@ -333,7 +345,7 @@ class HookName:
     def __set__(self, spec: Any, value: Any) -> None:
         notes.own(spec)[self.name] = value
         if sys._getframe(1).f_globals.get('__name__') != notes.DATA_SPEC_MODULE:  # not Composer's own __init__
-            _ASSIGNED.setdefault(spec, set()).add(self.name)
+            _noting(spec).add(self.name)
 
     def __delete__(self, spec: Any) -> None:
         try:
