@@ -56,9 +56,13 @@ def _collect(batch: Any, found: list[torch.Tensor]) -> None:
     elif isinstance(batch, Mapping):  # as Composer moves them: any mapping (Hugging Face's BatchEncoding is a UserDict)
         for item in batch.values():
             _collect(item, found)
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+    elif isinstance(batch, Sequence) and not isinstance(batch, _TEXT):
         for item in batch:
             _collect(item, found)
+
+
+#: Sequences that are text: each item is text again, so they are leaves.
+_TEXT = (str, bytes, bytearray, collections.UserString)
 
 
 def placement(batch: Any) -> Placement:
@@ -250,7 +254,8 @@ class MoveCounter:
                 entered = perf_counter()
                 moved = move(batch)
                 self.wall += perf_counter() - entered
-                self._last, self._where = moved, _placed(landed[1], landed[0]) if walks else None
+                if self._swaps:  # not after remove(), where it stays only beneath another's wrapper
+                    self._last, self._where = moved, _placed(landed[1], landed[0]) if walks else None
                 return moved
 
             return batch_to_device
@@ -270,6 +275,7 @@ class MoveCounter:
         """Where ``batch``'s tensors are: read from the last move where ``batch`` is what it returned, else
         :func:`placement`."""
         if batch is self._last and self._where is not None:
+            self._last = None  # once: a transform after it may change that batch in place
             return self._where
         return placement(batch)
 

@@ -10,6 +10,7 @@ Then the places a run goes: ``'auto'`` microbatching with out-of-memory retries,
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import warnings
@@ -991,8 +992,13 @@ def test_placement_is_read_from_the_move_only_where_the_move_is_composers_own() 
     counter = MoveCounter().install(device)
     moved = device.batch_to_device(batch)
     assert counter.placement(moved) == 'device'
+    moved[0]['mask'] = torch.ones(2)  # a transform after the first changes the moved batch in place
+    assert counter.placement(moved) == 'mixed', 'the move is read once: the next transform on that batch walks it'
+    moved[0].pop('mask')
     assert counter.take() == dict(sorted(_by_hand(batch).items(), key=lambda kv: -kv[1]))
     assert counter.placement(moved) == 'device', 'after a take, the walk'
+    text = [collections.UserString('a sentence'), bytearray(b'raw'), 'plain', moved[0]['labels']]
+    assert counter.placement(text) == 'device', 'text of any kind is a leaf (each item of a UserString is one)'
     changed = [{'image': batch[0]['image']}, *device.batch_to_device(batch)[1:]]
     assert counter.placement(changed) == 'mixed', 'another batch: walked'
     counter.remove()
