@@ -212,11 +212,8 @@ def _costs(judged: list[Judged]) -> list[str]:
     ]
     first = GROWTH[0][1][2]  # the monitor on one sample: its per-step events, and three tensors
     for samples, (move, hook, monitor) in GROWTH:
-        grown = [
-            (medians[1] - medians[0]) / (3 * samples - 3)
-            for medians in zip(_medians(judged, first), _medians(judged, monitor))
-            if samples > GROWTH[0][0]
-        ]  # fmt: skip
+        pairs = [(first.read(r.result), monitor.read(r.result)) for r in judged] if samples > GROWTH[0][0] else []
+        grown = [(statistics.median(b) - statistics.median(a)) / (3 * samples - 3) for a, b in pairs if a and b]
         out.append(
             f'| {samples} | {3 * samples} | {_over_envs(_medians(judged, move))} | '
             f'{_over_envs(_medians(judged, hook))} | {_over_envs(_medians(judged, monitor))} | '
