@@ -279,8 +279,9 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: the gate beyond the move, the report's tables of cost and growth, the planted per-tensor delay). Raised for issue
 #: 58: positions read in 0.24.1's order on every release, with their notice; the notice of a DataSpec built before
 #: enable() on 0.27-0.28 (and the doctor's line); the names 0.27 took kept by a subclass for its own; Composer's
-#: algorithms' moves of the step's batch passed; 0.25-0.26 predict's one move.
-RATCHET = {'compatshim/bench': 3625, 'compatshim/shim': 1635, 'compatshim': 8454}
+#: algorithms' moves of the step's batch passed; 0.25-0.26 predict's one move. Then a review's fixes: what the shim
+#: notes of a DataSpec kept by identity (a subclass may not hash), text sequences as leaves of a batch.
+RATCHET = {'compatshim/bench': 3622, 'compatshim/shim': 1647, 'compatshim': 8469}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
