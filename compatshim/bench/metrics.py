@@ -160,12 +160,13 @@ DETECTION_COSTS: tuple[tuple[str, tuple[Metric, ...]], ...] = (
     ('monitor, one train step', _beyond('monitor', '', f'monitor@{SAMPLES[-1]}', rule.MONITOR_BEYOND, Gate.ALWAYS,
                                         'monitor / move, det.')),
 )  # fmt: skip
-#: How each cost grows with the samples of a detection-style batch: the move and the transform alone (the monitor
-#: probe's direct path), the hook at stage batch and the monitor, µs per batch.
+_DETECTED = {metric.id: metric for _, cost in DETECTION_COSTS for metric in cost}
+#: How the move (the monitor probe's direct path), the hook and the monitor grow with a detection-style batch.
 GROWTH: tuple[tuple[int, tuple[Metric, ...]], ...] = tuple(
-    (n, (Metric(f'move µs/batch, {n} samples', rule.DIRECT, SampleSource(probe=f'monitor@{n}'), Gate.NEVER),
-         Metric(f'hook µs/batch (batch), {n} samples', rule.FIGURE, SampleSource(probe=f'hook-batch@{n}'), Gate.NEVER),
-         Metric(f'monitor µs/batch, {n} samples', rule.FIGURE, SampleSource(probe=f'monitor@{n}'), Gate.NEVER)))
+    (n, tuple(_DETECTED.get(i) or Metric(i, kind, SampleSource(probe=probe), Gate.NEVER) for i, kind, probe in (
+        (f'move µs/batch, {n} samples', rule.DIRECT, f'monitor@{n}'),
+        (f'hook µs/batch (batch), {n} samples', rule.FIGURE, f'hook-batch@{n}'),
+        (f'monitor µs/batch, {n} samples', rule.FIGURE, f'monitor@{n}'))))
     for n in SAMPLES
 )  # fmt: skip
 METRICS: tuple[Metric, ...] = (
@@ -176,8 +177,7 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
     *(metric for _, cost in COSTS for metric in cost),
     *(metric for _, cost in DETECTION_COSTS for metric in cost),
-    *(metric for _, grown in GROWTH[:-1] for metric in grown),
-    GROWTH[-1][1][0],  # the move on the gated batch; the hook's and the monitor's µs there are its costs' own
+    *(metric for _, grown in GROWTH for metric in grown if metric.id not in _DETECTED),
     *(Metric(f'bytes per step (recipe {name})', rule.BYTES, SampleSource(name, recipe=True), Gate.AFFECTED,
              title=f'recipe bytes ({t})') for name, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),
     *(Metric(f'placement ({"recipe " if recipe else ""}{name})', rule.ON_DEVICE, SampleSource(name, recipe=recipe),
