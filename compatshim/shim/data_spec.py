@@ -192,15 +192,14 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
         return held[2]
     if STATE.family is Family.DROPPED and name == 'batch_transforms':
         _warn_built_before(spec)
-    if name in _noted(spec):
-        value = _assigned(spec, name, value)
+    runs = _assigned(spec, name, value) if name in _noted(spec) else value  # the cache is keyed by what was read
     hook: Any
     if name == 'device_transforms':  # 0.25–0.26
-        hook = BatchHook(spec, None, value, stage)
+        hook = BatchHook(spec, None, runs, stage)
     elif name == 'batch_transforms':
-        hook = BatchHook(spec, value, None, stage)
+        hook = BatchHook(spec, runs, None, stage)
     else:
-        hook = MicrobatchHook(spec, value, stage)
+        hook = MicrobatchHook(spec, runs, stage)
     if hooks is not None:
         hooks[name] = (value, stage, hook)
     return hook

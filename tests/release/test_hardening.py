@@ -314,3 +314,9 @@ def test_a_loops_reads_of_the_hook_names_make_no_object_per_batch(monkeypatch: p
     t.fit()
     assert len(probe.calls) == 12, 'the transform did not run once per batch'
     assert sum(made.values()) <= 2, f'hooks made for 12 batches of 2 microbatches: {dict(made)}'
+    # A subclass's own value under a name 0.27 took (not callable: no transform the hook runs) is served alike.
+    made.clear()
+    spec = _spec(Probe(), dataloader=loader(96, 8))
+    spec.batch_transforms = spec.microbatch_transforms = ['flip', 'crop']
+    t.fit(train_dataloader=spec, duration='1ep')
+    assert sum(made.values()) <= 2, f'hooks made for a subclass-style value over 12 batches: {dict(made)}'
