@@ -84,7 +84,9 @@ def _pipeline_command(args: argparse.Namespace) -> int:
     try:
         from compatshim.bench import pipeline
 
+        asked = args.quick or args.steps is not None or args.rounds is not None
         size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds)
+        size = size if asked or not args.compare else None  # a compare measures at its baseline's size
         baselines = pipeline.Baselines(args.compare, args.save, args.dir)
         gated = pipeline.gate_pipeline(
             args.pipeline, device=args.device, size=size, baselines=baselines, progress=sys.stderr

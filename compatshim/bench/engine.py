@@ -26,7 +26,7 @@ import torch
 from compatshim._version import __version__
 from compatshim.bench.metrics import LEGS, Leg, Pair
 from compatshim.bench.results import Cause, LegResult, Missing, now
-from compatshim.bench.work import COUNTING, Generators, WorkCounter, generators_kept, held_by
+from compatshim.bench.work import COUNTING, Generators, WorkCounter, generators_kept, held_by, seed_all
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.devices.accelerator import Accelerator
@@ -195,10 +195,12 @@ def check(
     session: Session, pipeline: Pipeline, names: list[str], loader: Callable[[Leg], Any], samples: int
 ) -> dict[str, LegResult]:
     """Every leg in ``names``: :data:`CHECK_STEPS` untimed steps on the observable device, and what the monitor saw
-    (or why it cannot run). Each leg starts from the same random state, so work that depends on draws counts alike."""
+    (or why it cannot run). Each leg starts from one random state, seeded here: work that depends on draws counts
+    alike in every run, whatever the run drew before (an import: coolname draws ~800 numbers as Composer loads)."""
     from compatshim.monitor import TransformMonitor
 
     family, out = family_of(session.composer), {}
+    seed_all()
     start = Generators(held_by(pipeline.transform))
     for name in names:
         leg = LEGS[name]
@@ -316,11 +318,7 @@ def open_session(on: Accelerator, name: str, size: Size, out: Optional[TextIO]) 
             print(f'{name}: {message} ({time.perf_counter() - started:.0f} s)', file=out, flush=True)
 
     with pinned(on) as fixed, generators_kept():  # a shuffling dataloader gives every run the same batches
-        torch.manual_seed(0)
-        random.seed(0)
-        numpy = sys.modules.get('numpy')
-        if numpy is not None:
-            numpy.random.seed(0)
+        seed_all()
         yield Session(on, composer, size, say, fixed, started)
 
 

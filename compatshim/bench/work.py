@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 if TYPE_CHECKING:
     import torch
 
-__all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'generators_kept', 'held_by']
+__all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'generators_kept', 'held_by', 'seed_all']
 
-#: How work is counted: counts compare only with counts made alike. 2: every leg from one random state, the
-#: generators a transform holds put back, the elements that leave torch counted.
-COUNTING = 2
+#: How work is counted: counts compare only with counts made alike. 3: every leg from one random state, seeded
+#: right before the counted steps (whatever an import drew before), the generators a transform holds put back, the
+#: elements that leave torch counted.
+COUNTING = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +186,17 @@ class Generators:
     def put_back(self) -> None:
         for put in self.puts:
             put()
+
+
+def seed_all(seed: int = 0) -> None:
+    """Python's, numpy's (where imported) and torch's generators (every device's) seeded with ``seed``."""
+    import torch
+
+    random.seed(seed)
+    numpy = sys.modules.get('numpy')
+    if numpy is not None:
+        numpy.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 @contextlib.contextmanager

@@ -6,10 +6,12 @@ The tests plant regressions through the environment: ``PIPELINE_SLOWER=N`` makes
 (``2``: 2x slower, where it is about 40% of the step), ``PIPELINE_FLOAT32=1`` makes the collate yield float32 (4x the
 bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% more work). ``PIPELINE_MASKS``
 adds a flip per sample, its masks drawn by torch (``torch``) or by numpy (``numpy``: work torch cannot count), or a
-flip of the whole batch with probability one half (``coin``: work that depends on the draws).
+flip of the whole batch with probability one half (``coin``: work that depends on the draws), or a loop over the
+samples that flips and scales each by Python's global ``random`` (``python``: the timm/albumentations style).
 """
 
 import os
+import random
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -54,6 +56,9 @@ class Normalize:
                 out = torch.where(flip, out.flip(-1), out)
             elif self.masks == 'coin' and torch.rand((), generator=self.gen) < 0.5:
                 out = out.flip(-1) + 0
+            elif self.masks == 'python':
+                samples = [s.flip(-1) if random.random() < 0.5 else s for s in out]
+                out = torch.stack([s * random.uniform(0.9, 1.1) if random.random() < 0.5 else s for s in samples])
         return out, y
 
 
