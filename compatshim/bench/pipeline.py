@@ -266,11 +266,8 @@ class Baselines:
         try:
             baseline: Optional[PipelineResult] = store.load(self.compare)
         except UnreadableResult as exc:
-            other = f', or compare with {exc.reader}' if exc.reader else ''
-            raise ValueError(
-                f'{store.path(self.compare).as_posix()} cannot be used: {exc}; save it again with --save '
-                f'{self.compare}{other}'
-            ) from None
+            where = store.path(self.compare).as_posix()
+            raise ValueError(f'{where} cannot be used: {exc}; save it again with --save {self.compare}') from None
         if baseline is None:
             raise ValueError(store.absent(self.compare))
         return baseline

@@ -15,14 +15,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
-from compatshim._version import __version__
 from compatshim.bench.work import Work
 from compatshim.config.support import UNAFFECTED_FAMILY
 from compatshim.observe.placement import Placement, Word
 
 __all__ = [
     'SCHEMA', 'BenchResult', 'Cause', 'LegResult', 'Missing', 'PipelineResult', 'Result', 'Store', 'gather', 'read',
-    'reference_store', 'spread', 'written_by'
+    'reference_store', 'spread'
 ]  # fmt: skip
 
 #: The result format; another schema is refused, naming it. 5: one record for both benches, one leg vocabulary.
@@ -51,11 +50,8 @@ def spread(samples: list[float], fmt: str = '.3f') -> str:
 
 
 class UnreadableResult(ValueError):
-    """A stored result this compatshim does not read; ``reader`` names the compatshim that does (``''``: none)."""
-
-    def __init__(self, message: str, reader: str = '') -> None:
-        super().__init__(message)
-        self.reader = reader
+    """A stored result this compatshim does not read: of another kind or schema (0.1.0 was never published: a result
+    of another schema is measured or saved again, never converted)."""
 
 
 class Cause(Word):
@@ -243,26 +239,16 @@ class Result:
 
     @classmethod
     def from_json(cls, data: Any) -> Any:
-        """A stored result of this kind; another kind or schema is refused, naming what wrote it."""
-        written = written_by(data)
-        if written is None:
+        """A stored result of this kind at :data:`SCHEMA`; anything else is refused, saying what it is."""
+        if not isinstance(data, dict) or not isinstance(data.get('fingerprint'), dict) or 'legs' not in data:
             raise UnreadableResult(f'it is not a result of {cls.command}')
-        kind, schema, version = written
-        if kind is not cls:
-            raise UnreadableResult(f'it is a result of {kind.command}, not of {cls.command}')
+        schema = data.get('schema')
         if schema != SCHEMA:
-            writer = f'compatshim {version}' if version else 'an earlier compatshim'
-            if isinstance(schema, int) and schema > SCHEMA:
-                reader = 'a newer compatshim (pip install --upgrade compatshim)'
-            elif version and version != __version__:
-                reader = f'compatshim {version} (pip install compatshim=={version})'
-            else:
-                reader = f'the compatshim that wrote it (result schema {schema})'
-            raise UnreadableResult(
-                f'it is a result of {cls.command} written by {writer} at result schema {schema}; this compatshim '
-                f'({__version__}) reads schema {SCHEMA} only',
-                reader,
-            )
+            raise UnreadableResult(f'it is a result at schema {schema}; this compatshim reads {SCHEMA} only')
+        kind = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}.get(str(data.get('kind')))
+        if kind is not cls:
+            raise UnreadableResult(f'it is a result of {kind.command}, not of {cls.command}' if kind else
+                                   f'it is not a result of {cls.command}')  # fmt: skip
         fields = known(cls, data)
         for group in ('legs', 'recipe'):
             if group in fields:
@@ -326,21 +312,6 @@ class PipelineResult(Result):
         data = super().to_json()
         verdicts = data.pop('verdicts')
         return {**data, 'pipeline': self.pipeline, 'verdicts': verdicts}
-
-
-def written_by(data: Any) -> Optional[tuple[type[Result], Any, Optional[str]]]:
-    """The kind of result ``data`` holds, its schema and the compatshim that wrote it (``None``: no result). Before
-    schema 5 a result named no kind: a reference result has an ``env``, a pipeline result a ``pipeline``."""
-    if not isinstance(data, dict) or not isinstance(data.get('fingerprint'), dict) or 'legs' not in data:
-        return None
-    kind = data.get('kind')
-    if kind is None and 'schema' in data:
-        kind = PipelineResult.kind if 'pipeline' in data else BenchResult.kind if 'env' in data else None
-    found = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}.get(str(kind))
-    if found is None:
-        return None
-    version = data['fingerprint'].get('compatshim')
-    return found, data.get('schema'), version if isinstance(version, str) else None
 
 
 def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -457,7 +428,7 @@ def read(paths: Iterable[PathLike]) -> tuple[list[BenchResult], list[str]]:
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except UnreadableResult as exc:
-                what = f': {exc}; {again}, or judge it with {exc.reader}' if exc.reader else f'{neither}{exc}'
+                what = f': {exc}; {again}' if 'schema' in str(exc) else f'{neither}{exc}'
                 problems.setdefault(what, []).append(str(file))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 problems.setdefault(f'{neither}{type(exc).__name__}: {exc}', []).append(str(file))
