@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, TextIO
 from compatshim import _exits
 from compatshim.bench import engine, gate, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
-from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
+from compatshim.bench.results import PIPELINE_DIR, Cause, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.rule import verdicts
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
@@ -185,38 +185,53 @@ def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str
 
 
 def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
-    """``result`` judged against its baseline ``name``: the exit code and the lines that say it. A leg new or gone is
-    reported, never judged; the shim's legs that ran before always are (gone now: their placement says so)."""
+    """``result`` judged against its baseline ``name``: the exit code and the lines that say it. A leg new, or gone
+    with its release, is reported, not judged; one that ran then and fails now is a regression; the shim's legs that
+    ran before are always judged (gone now: their placement says so); timings only from :data:`rule.VERDICT_ROUNDS`
+    rounds."""
     ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
     relied_on = {name for name in ran_before if name in metrics.LEGS and metrics.LEGS[name].stage}
-    judged_metrics = metrics.pipeline_metrics((ran & ran_before) | relied_on)
+    timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
+    judged_metrics = [m for m in metrics.pipeline_metrics((ran & ran_before) | relied_on)
+                      if timed or m.kind is not rule.BESIDE]  # fmt: skip
     judged = gate.gate(result, baseline, judged_metrics, metrics.PIPELINE_COMPARABLE_BY)
     if judged.unlike:
         return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
-    judgements, then, what = judged.judgements, baseline.composer, result.pipeline
+    then, what, gone = baseline.composer, result.pipeline, sorted(ran_before - ran - relied_on)
 
     def why(r: PipelineResult, name: str) -> str:
         return f'Composer {r.composer}: ' + (r.legs[name].reason if name in r.legs else 'no such leg')
 
+    def fails(name: str) -> bool:
+        missing = result.legs[name].missing if name in result.legs else None
+        return missing is not None and missing.cause is Cause.FAILED
+
+    judged.judgements += [rule.Judgement(f'{leg}: runs', rule.Outcome.REGRESSION, f'ran in the baseline; now '
+                                         f'{why(result, leg)}') for leg in gone if fails(leg)]  # fmt: skip
     lines = [f'NEW {what} {name}: runs now; in the baseline, {why(baseline, name)} (reported, not judged)'
              for name in sorted(ran - ran_before - relied_on)]  # fmt: skip
     lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
-              for name in sorted(ran_before - ran - relied_on)]  # fmt: skip
+              for name in gone if not fails(name)]  # fmt: skip
+    never = [leg for leg in result.legs if leg not in ran | ran_before]
     lines += judged.lines(what)
-    work = {j.metric.split(':')[0]: j.outcome for j in judgements if j.metric.endswith('work per call')}
+    work = {j.metric.split(':')[0]: j.outcome for j in judged.judgements if j.metric.endswith('work per call')}
     lines += [f'work: {rule.WORK_RULE}'] if set(work.values()) - {rule.Outcome.OK} else []
-    lines += timing_sight(result, baseline, work)
-    outcomes = [j.outcome for j in judgements]
+    lines += timing_sight(result, baseline, work) if timed else []
+    outcomes = [j.outcome for j in judged.judgements]
     worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
     said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
     said += [f'{unsure} inconclusive, which decide nothing'] if unsure else []
-    lines.append(f'compared with {name!r} ({baseline.measured_at}, Composer {then}): {"; ".join(said)}')
+    over = [f'{baseline.measured_at}, Composer {then}', 'legs judged: ' + ', '.join(
+        leg for leg in result.legs if leg in (ran & ran_before) | relied_on)]  # fmt: skip
+    over += [f'not measured in either run: {", ".join(never)}'] if never else []
+    over += [] if timed else [f'timings not gated: fewer than {rule.VERDICT_ROUNDS} rounds']
+    lines.append(f'compared with {name!r} ({"; ".join(over)}): {"; ".join(said)}')
     return judged.code, lines
 
 
 def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome]) -> list[str]:
     """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
-    share of a step sets that); ``work``: each leg's work outcome."""
+    share of a step sets that); what the work counts see of it (``work``: each leg's work outcome)."""
     name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
     now, before = result.legs.get(name), baseline.legs.get(name)
     if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
@@ -225,12 +240,30 @@ def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[st
     step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
     slower = 1 + step_change / now.transform_share
     alike = (result.torch, result.composer) == (baseline.torch, baseline.composer)
-    judged = alike and work.get(name) not in (None, rule.Outcome.INCONCLUSIVE)
-    counted = ', the work counts see any growth' if judged else ''
+    sight = f'the timing gate sees it from about {slower:.1f}x slower'
+    if now.work is None or not alike or work.get(name) in (None, rule.Outcome.INCONCLUSIVE):
+        counted = f'{sight}, and only the timing gate: its work was not judged here'
+    elif now.work.outside:
+        outside = now.work.outside_text()
+        counted = f'its work in torch is counted exactly; outside torch (through {outside}) only {sight}'
+    else:
+        counted = f'{sight}; the work counts see any growth'
     return [
         f'{name}: the transform {per_call[0]:.3g} ms per call, {per_call[1]:.3g} ms in the baseline '
-        f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: the timing gate sees it '
-        f'from about {slower:.1f}x slower{counted}'
+        f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: {counted}'
+    ]
+
+
+def unsteady_pairs(result: PipelineResult) -> list[str]:
+    """What a saved baseline's unsteady pairs mean for the compares against it (none: every pair held)."""
+    gated = [m for m in metrics.pipeline_metrics(result.legs) if m.kind is rule.BESIDE]
+    shaky = [f'{m.id}: {why}' for m in gated for why in [results.unsteady(m.read(result))] if why]
+    if not shaky or result.fingerprint['size']['rounds'] < rule.VERDICT_ROUNDS:
+        return []
+    return [
+        f"unsteady: {'; '.join(shaky)}. Compares against this baseline judge these pairs' work, calls, bytes and "
+        'placement exactly, and not their timing; saved again in steadier rounds (or with more --rounds), it gates '
+        'their timing too'
     ]
 
 
@@ -316,12 +349,7 @@ def gate_pipeline(
         code, lines = compare(result, baseline, baselines.compare)
     if baselines.save and code == _exits.OK:
         lines.append(f'saved {store.save(result, baselines.save, replace=True).as_posix()}')
-        shaky = [why for why in (result.unstable(name) for name in result.legs if result.step_ms(name)) if why]
-        if shaky:
-            lines.append(
-                f'unstable: {"; ".join(shaky)}. A compare against it judges no timing of those legs (counts and '
-                'placement still): save it again on a quieter runner, or with more --rounds'
-            )
+        lines += unsteady_pairs(result)
     elif baselines.save:
         lines.append(f'not saved as {baselines.save!r}: the comparison did not pass')
     return Gated(result, code, lines)

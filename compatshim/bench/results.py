@@ -49,6 +49,17 @@ def spread(samples: list[float], fmt: str = '.3f') -> str:
     return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
 
 
+def unsteady(ratios: list[float]) -> str:
+    """How a pair's per-round ratios spread where they spread past :data:`UNSTABLE` of their median (``''``: they do
+    not): the two legs of a round met another machine; one leg alone may spread and the pair still hold."""
+    if len(ratios) < 2:
+        return ''
+    q1, median, q3 = quartiles(ratios)
+    if (q3 - q1) / median <= UNSTABLE:
+        return ''
+    return f'its ratio spread by {(q3 - q1) / median:.0%} across rounds (x{min(ratios):.2f} to x{max(ratios):.2f})'
+
+
 class UnreadableResult(ValueError):
     """A stored result this compatshim does not read: of another kind or schema (0.1.0 was never published: a result
     of another schema is measured or saved again, never converted)."""
@@ -245,7 +256,8 @@ class Result:
         schema = data.get('schema')
         if schema != SCHEMA:
             raise UnreadableResult(f'it is a result at schema {schema}; this compatshim reads {SCHEMA} only')
-        kind = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}.get(str(data.get('kind')))
+        kinds: dict[str, type[Result]] = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}
+        kind = kinds.get(str(data.get('kind')))
         if kind is not cls:
             raise UnreadableResult(f'it is a result of {kind.command}, not of {cls.command}' if kind else
                                    f'it is not a result of {cls.command}')  # fmt: skip

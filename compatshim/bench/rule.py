@@ -12,7 +12,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.bench.results import LegResult, PipelineResult, Result, comparable, counted_apart, spread
+from compatshim.bench import results
+from compatshim.bench.results import LegResult, PipelineResult, Result, comparable, counted_apart, spread, unsteady
 from compatshim.observe.placement import Placement, Word
 
 __all__ = [
@@ -103,7 +104,7 @@ class SampleSource:
 class Kind:
     """What a metric is: how it reads, judges and shows its samples; ``sentence``: its part of :data:`RULE` (``''``:
     never judged); ``holds``: what can move it; ``sizes``: judged at (``None``: all); ``paired``: two legs back to back;
-    ``stable_rounds``: judged only where both runs' rounds were stable."""
+    ``stable_rounds``: judged only where its per-round samples held steady in both runs (:func:`unsteady`)."""
 
     name, unit, digits, sentence, holds = '', '', '.3f', '', ''
     against_baseline, paired = True, False
@@ -352,16 +353,12 @@ def _nothing_patched(source: SampleSource, result: Result) -> Optional[str]:
     return None if patched is None else f'enable() patched {", ".join(patched)}' if patched else ''
 
 
-def _unsteady(source: SampleSource, result: Result, baseline: Any) -> str:
-    """Why a timing of ``source``'s legs cannot be judged (``''``: it can): unstable rounds, then or now."""
-    for leg in (source.leg, source.partner):
-        before = baseline.unstable(leg) if baseline is not None else ''
-        if before:
-            return f'not judged: in the baseline, {before}; save it again on a quieter runner'
-        now = result.unstable(leg)
-        if now:
-            return f'not judged: in this run, {now}; run again on a quieter runner, or with more --rounds'
-    return ''
+def _unsteady(now: list[float], before: list[float]) -> str:
+    """Why a pair's timing cannot be judged (``''``: it can): its ratio unsteady in the baseline or in this run."""
+    then, here = unsteady(before), unsteady(now)
+    if then:
+        return f'not judged: in the baseline, {then}; a baseline saved again in steadier rounds judges it'
+    return f'not judged: in this run, {here}; run again, or with more --rounds' if here else ''
 
 
 #: Three sessions of unchanged code moved these ratios by up to 10.3%, a 20% slower transform by 11.4-18.7%.
@@ -423,7 +420,8 @@ RULE = (
     'different routes in the same rounds, so neither a slower machine nor a slow phase moves it; a share is held to '
     'a stated limit, not to a baseline, and the limit lies far above what any machine measured; a pipeline leg '
     'against its ceiling is unlike work, which another machine can move by about its minimum effect, so a pipeline '
-    'is compared with a baseline saved on the same kind of runner, and only where the rounds of both were stable. '
+    'is compared with a baseline saved on the same kind of runner, and only where its per-round ratio held steady in '
+    f'both (interquartile range within {results.UNSTABLE:.0%} of the median). '
     'Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are reported, never judged. Any '
     'regression exits 1, and so does a release without a baseline where its device has some; a baseline that is not '
     'comparable is refused (exit 2: re-record it).'
@@ -447,9 +445,9 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
             continue
         kind = metric.kind
         before = metric.read(baseline) if baseline is not None and not unlike else []
-        unsteady = _unsteady(metric.source, result, baseline) if kind.stable_rounds and before else ''
-        if unsteady:
-            out.append(Judgement(metric.id, Outcome.INCONCLUSIVE, unsteady, kind.central(before), kind.central(now)))
+        shaky = _unsteady(now, before) if kind.stable_rounds and before else ''
+        if shaky:
+            out.append(Judgement(metric.id, Outcome.INCONCLUSIVE, shaky, kind.central(before), kind.central(now)))
             continue
         if not kind.against_baseline or before:
             out.append(kind.judge(metric.id, now, before or None))
@@ -458,7 +456,19 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
         why = 'no baseline' if baseline is None else 'not measured in the baseline'
         why = f'not comparable: {unlike}' if unlike else why
         out.append(Judgement(metric.id, outcome, why, current=kind.central(now), unit=kind.unit))
-    return out
+    return _like_for_like(out)
+
+
+def _like_for_like(judged: list[Judgement]) -> list[Judgement]:
+    """No timing improved where a count changed: the legs no longer do the work they did (a transform that grows its
+    batch makes the ceiling, which runs the model on the transform's output, slower)."""
+    counted = ('B/call', 'bytes/step', 'calls/step')
+    moved = [j.metric for j in judged if j.unit.strip() in counted and j.outcome is not Outcome.OK]
+    if not moved:
+        return judged
+    why = f'but the counted work changed ({", ".join(moved)}): not like for like, not an improvement'
+    return [dataclasses.replace(j, outcome=Outcome.INCONCLUSIVE, reason=f'{j.reason.split(":")[0]}, {why}')
+            if j.outcome is Outcome.IMPROVED and j.unit == '×' else j for j in judged]  # fmt: skip
 
 
 # --- The pipeline bench's verdicts: what its figures tell, never gated -------------------------------------------
