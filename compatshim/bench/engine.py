@@ -26,7 +26,7 @@ import torch
 from compatshim._version import __version__
 from compatshim.bench.metrics import LEGS, Leg, Pair
 from compatshim.bench.results import Cause, LegResult, Missing, now
-from compatshim.bench.work import COUNTING, Generators, WorkCounter, generators_kept, held_by, seed_all
+from compatshim.bench.work import COUNTING, Generators, WorkCounter, compiled, generators_kept, held_by, seed_all
 from compatshim.config import settings
 from compatshim.config.support import UNAFFECTED_FAMILY, family_of, installed
 from compatshim.devices.accelerator import Accelerator
@@ -199,7 +199,7 @@ def check(
     alike in every run, whatever the run drew before (an import: coolname draws ~800 numbers as Composer loads)."""
     from compatshim.monitor import TransformMonitor
 
-    family, out = family_of(session.composer), {}
+    family, out, traced = family_of(session.composer), {}, compiled(pipeline.transform)
     seed_all()
     start = Generators(held_by(pipeline.transform))
     for name in names:
@@ -209,7 +209,7 @@ def check(
             out[name] = LegResult(leg.description, Missing(Cause.NOT_HERE, absent))
             continue
         counter = WorkCounter(pipeline.transform)
-        monitor, tap = TransformMonitor(), Tap(session.on.following(counter))
+        monitor, tap = TransformMonitor(), Tap(session.on.following(counter, traced))
         with quiet():
             try:
                 device = session.on.observable_device()

@@ -15,12 +15,12 @@ import random
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'generators_kept', 'held_by', 'seed_all']
+__all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'compiled', 'generators_kept', 'held_by', 'seed_all']
 
 #: How work is counted: counts compare only with counts made alike. 3: every leg from one random state, seeded
 #: right before the counted steps (whatever an import drew before), the generators a transform holds put back, the
@@ -76,35 +76,58 @@ class Work:
 
 #: A generator held by a transform, and what puts its state of now back.
 Held = tuple[Any, Callable[[], Any]]
+Found = TypeVar('Found')
 
 
-def held_by(transform: Any, depth: int = 3) -> list[Held]:
-    """The generators ``transform`` holds with their states: in what it reaches ``depth`` levels deep, and at the top
-    of the modules defining it (``RNG = numpy.random.default_rng(0)``): the real call draws what the counted one did."""
+def _generator(value: Any) -> Optional[Held]:
     import torch
 
-    held: list[Held] = []
+    numpy = sys.modules.get('numpy')
+    if isinstance(value, torch.Generator) or (numpy is not None and isinstance(value, numpy.random.RandomState)):
+        return value, functools.partial(value.set_state, value.get_state())
+    if isinstance(value, random.Random):
+        return value, functools.partial(value.setstate, value.getstate())
+    if numpy is not None and isinstance(value, numpy.random.Generator):
+        bits = value.bit_generator
+        return bits, functools.partial(setattr, bits, 'state', bits.state)
+    return None
+
+
+def held_by(transform: Any) -> list[Held]:
+    """The generators ``transform`` holds with their states (:func:`reached`): the real call draws what the counted one
+    did."""
+    return reached(transform, _generator)
+
+
+def _compiled(value: Any) -> Optional[Any]:
+    try:  # a function torch.compile made, or a module it compiled
+        wrapped = hasattr(value, '_torchdynamo_orig_callable') or type(value).__module__.startswith('torch._dynamo')
+    except Exception:  # noqa: BLE001 - an object's own __getattr__ may raise anything
+        return None
+    return value if wrapped else None
+
+
+def compiled(transform: Any) -> bool:
+    """Whether ``transform`` reaches a ``torch.compile``d function or module (:func:`reached`)."""
+    return bool(reached(transform, _compiled))
+
+
+def reached(transform: Any, pick: Callable[[Any], Optional[Found]], depth: int = 3) -> list[Found]:
+    """What ``pick`` finds in what ``transform`` reaches ``depth`` levels deep, and at the top of the modules defining
+    it (``RNG = numpy.random.default_rng(0)``, a ``torch.compile``d function its code calls by name)."""
+    import torch
+
+    found: list[Found] = []
     seen: set[int] = set()
     modules: dict[str, Mapping[str, Any]] = {}
-
-    def generator(value: Any) -> Optional[Held]:
-        numpy = sys.modules.get('numpy')
-        if isinstance(value, torch.Generator) or (numpy is not None and isinstance(value, numpy.random.RandomState)):
-            return value, functools.partial(value.set_state, value.get_state())
-        if isinstance(value, random.Random):
-            return value, functools.partial(value.setstate, value.getstate())
-        if numpy is not None and isinstance(value, numpy.random.Generator):
-            bits = value.bit_generator
-            return bits, functools.partial(setattr, bits, 'state', bits.state)
-        return None
 
     def visit(value: Any, left: int) -> None:
         if id(value) in seen or len(seen) > 256 or isinstance(value, (type, types.ModuleType, torch.Tensor)):
             return
         seen.add(id(value))
-        found = generator(value)
-        if found is not None:
-            held.append(found)
+        picked = pick(value)
+        if picked is not None:
+            found.append(picked)
             return
         defined_in = getattr(value, '__globals__', None)  # a function: its module's namespace
         if isinstance(defined_in, dict):
@@ -118,14 +141,14 @@ def held_by(transform: Any, depth: int = 3) -> list[Held]:
                 visit(item, left - 1)
 
     visit(transform, depth)
-    known = {id(g) for g, _ in held}
     for namespace in list(modules.values()):
-        for value in list(namespace.values()):
-            found = None if isinstance(value, (type, types.ModuleType)) else generator(value)
-            if found is not None and id(found[0]) not in known:
-                known.add(id(found[0]))
-                held.append(found)
-    return held
+        for name, value in list(namespace.items()):  # not a dunder: Dynamo keeps its compiled frames there
+            skip = name.startswith('__') or id(value) in seen or isinstance(value, (type, types.ModuleType))
+            picked = None if skip else pick(value)
+            if picked is not None:
+                seen.add(id(value))
+                found.append(picked)
+    return found
 
 
 def _inside(value: Any) -> list[Any]:
@@ -315,7 +338,9 @@ class WorkCounter:
         crossings = _crossing_watch()()
         dispatches, flops = _dispatch_counter()(crossings), FlopCounterMode(display=False)
         plain = tree_map(_plain_copy, batch)
-        with generators_kept(held_by(self.transform)), flops, dispatches, crossings:
+        dynamo = sys.modules.get('torch._dynamo')  # off: a torch.compile'd transform counted as written, never traced
+        eager = dynamo.config.patch(disable=True) if dynamo is not None else contextlib.nullcontext()
+        with generators_kept(held_by(self.transform)), eager, flops, dispatches, crossings:
             self.transform(plain)
         self.calls += 1
         self.ops += dispatches.ops

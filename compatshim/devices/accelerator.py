@@ -63,12 +63,12 @@ class Accelerator:
         """How to make a timing event on it (``None``: a transform is timed in the host's CPU time)."""
         return None
 
-    def following(self, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def following(self, transform: Callable[[Any], Any], traced: bool = False) -> Callable[[Any], Any]:
         """``transform`` as it runs on :meth:`observable_device`, a tensor it makes on its batch's device on the device
-        too, as on a GPU (:func:`compatshim.devices.fake.following_the_tag`)."""
+        too, as on a GPU (:func:`compatshim.devices.fake.following_the_tag`); ``traced``: it is ``torch.compile``d."""
         from compatshim.devices.fake import following_the_tag
 
-        return following_the_tag(transform)
+        return following_the_tag(transform, traced)
 
     def observes(self, device: Any) -> bool:
         """Whether placement and bytes to the device can be observed on Composer ``device``: not on plain
@@ -111,7 +111,7 @@ class _Cuda(Accelerator):
     def observable_device(self) -> Any:
         return self.composer_device()
 
-    def following(self, transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def following(self, transform: Callable[[Any], Any], traced: bool = False) -> Callable[[Any], Any]:
         return transform  # a real device: a tensor made on it is on it
 
     def event(self) -> Optional[Callable[[], Any]]:

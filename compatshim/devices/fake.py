@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import torch
 from composer.devices import DeviceCPU, DeviceGPU
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 __all__ = ['FakeAcceleratorDevice', 'FakeAcceleratorTensor', 'FakeAutoMicrobatchDevice', 'following_the_tag']
 
@@ -58,7 +58,7 @@ class _FollowsTheTag(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if kwargs.get('device') is FAKE_DEVICE or any(arg is FAKE_DEVICE for arg in args):
-            return tree_map(lambda t: _tagged(t) if isinstance(t, torch.Tensor) else t, out)
+            return tree_map(_tagged_leaf, out)
         return out
 
 
@@ -66,17 +66,31 @@ def _tagged(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if isinstance(tensor, FakeAcceleratorTensor) else tensor.as_subclass(FakeAcceleratorTensor)
 
 
-def following_the_tag(transform: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def following_the_tag(transform: Callable[[Any], Any], traced: bool = False) -> Callable[[Any], Any]:
     """``transform``, run so that a tensor it makes on its batch's device (``y.to(x.device)``, ``torch.zeros(...,
     device=x.device)``) is on the fake accelerator too, as on a GPU, not a host tensor whose next move counts as bytes
-    that crossed. A rebuilt ``torch.device(str(x.device))`` is the host's: the tag follows the object."""
+    that crossed. A rebuilt ``torch.device(str(x.device))`` is the host's: the tag follows the object. ``traced``
+    (``torch.compile``: Dynamo does not trace a tensor subclass): the call gets plain tensors, and what it returns is
+    tagged where the batch was on the device (read before the call, as placement is)."""
 
     @functools.wraps(transform)
     def follows(batch: Any) -> Any:
+        if traced:
+            plain = tree_map(_plain_leaf, batch)
+            on_device = any(a is not b for a, b in zip(tree_leaves(batch), tree_leaves(plain)))
+            return tree_map(_tagged_leaf, transform(plain)) if on_device else transform(plain)
         with _FollowsTheTag():
             return transform(batch)
 
     return follows
+
+
+def _plain_leaf(leaf: Any) -> Any:
+    return leaf.as_subclass(torch.Tensor) if isinstance(leaf, FakeAcceleratorTensor) else leaf
+
+
+def _tagged_leaf(leaf: Any) -> Any:
+    return _tagged(leaf) if isinstance(leaf, torch.Tensor) else leaf
 
 
 def _to_fake(tensor: torch.Tensor) -> torch.Tensor:

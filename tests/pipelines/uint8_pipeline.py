@@ -8,6 +8,7 @@ bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% 
 adds a flip per sample, its masks drawn by torch (``torch``) or by numpy (``numpy``: work torch cannot count), or a
 flip of the whole batch with probability one half (``coin``: work that depends on the draws), or a loop over the
 samples that flips and scales each by Python's global ``random`` (``python``: the timm/albumentations style).
+``PIPELINE_COMPILED=1`` hands the bench the transform ``torch.compile``d (Dynamo's ``eager`` backend: no compiler).
 """
 
 import os
@@ -67,5 +68,7 @@ def pipeline():
     images = torch.randint(0, 256, (256, 3, 48, 48), generator=gen, dtype=torch.uint8)
     labels = torch.randint(0, 10, (256,), generator=gen)
     loader = DataLoader(TensorDataset(images, labels), batch_size=32, collate_fn=collate, drop_last=True)
-    repeat = int(os.environ.get('PIPELINE_SLOWER', '1'))
-    return {'dataloader': loader, 'transform': Normalize(repeat), 'microbatch_size': 16}
+    transform = Normalize(int(os.environ.get('PIPELINE_SLOWER', '1')))
+    if os.environ.get('PIPELINE_COMPILED') == '1':
+        transform = torch.compile(transform, backend='eager')
+    return {'dataloader': loader, 'transform': transform, 'microbatch_size': 16}

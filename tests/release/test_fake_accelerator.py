@@ -88,3 +88,35 @@ def test_the_tag_follows_a_tensor_made_on_x_device() -> None:
     assert not any(is_on_device(t) for t in made_on_x_device(x))
     assert all(is_on_device(t) for t in following_the_tag(made_on_x_device)(x))
     assert not is_on_device(following_the_tag(lambda x: torch.ones(2).to('cpu'))(x))
+
+
+def test_a_compiled_transform_is_traced_on_plain_tensors_and_its_results_are_where_its_batch_was() -> None:
+    """Issue 59: Dynamo does not trace the fake accelerator's tensor subclass (it ran the compiled function eagerly
+    here; on other torch releases it raised), so a ``torch.compile``d transform was never measured as compiled on the
+    device's legs. Traced, the call gets plain tensors (the backend sees no subclass) and what it returns is tagged
+    where the batch was on the device, left plain where it was not; where it was is read before, as placement is."""
+    from compatshim.bench.work import compiled
+    from compatshim.devices.fake import following_the_tag
+
+    given: list[list[type]] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> object:
+        given.append([type(t) for t in inputs])
+        return graph.forward
+
+    @torch.compile(backend=backend)
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return torch.flip(x * 2, (0,))
+
+    def transform(batch: tuple[torch.Tensor, str]) -> tuple[torch.Tensor, str]:
+        return scale(batch[0]), batch[1]
+
+    x = FakeAcceleratorDevice().tensor_to_device(torch.arange(4.0))
+    out, label = following_the_tag(transform, traced=True)((x, 'label'))
+    assert given == [[torch.Tensor]] and is_on_device(out) and label == 'label'
+    following_the_tag(transform)((x * 1, 'label'))  # the control: handed the subclass, Dynamo runs it eagerly (torch
+    assert [torch.Tensor] not in given[1:]  # 2.4) or traces the subclass (2.7+), never the plain code as on a GPU
+    assert torch.equal(out.as_subclass(torch.Tensor), torch.tensor([6.0, 4.0, 2.0, 0.0]))
+    assert not is_on_device(following_the_tag(transform, traced=True)((torch.arange(4.0), ''))[0])  # a host batch
+    assert compiled(transform) and compiled(scale) and compiled(torch.compile(torch.nn.Identity(), backend=backend))
+    assert not compiled(lambda batch: batch) and not compiled(copy.deepcopy)

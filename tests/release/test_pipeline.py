@@ -37,7 +37,8 @@ def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / name).write_text((PIPELINES / name).read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for variable in ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'COMPATSHIM_DISABLE'):
+    planted = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'PIPELINE_COMPILED', 'COMPATSHIM_DISABLE')
+    for variable in planted:
         monkeypatch.delenv(variable, raising=False)
     return tmp_path
 
@@ -205,6 +206,24 @@ def test_a_per_sample_python_random_loop_counts_the_same_whatever_was_drawn_befo
     monkeypatch.setenv('PIPELINE_SLOWER', '2')
     code, out, _ = _bench(capsys, '--compare', 'main')
     assert code == 1 and f'REGRESSION {SPEC} shim-batch: work per call' in out, out
+
+
+def test_a_compiled_transform_is_measured_on_every_leg(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Issue 59: a ``torch.compile``d transform stopped Dynamo on the fake accelerator's tensor subclass, so the legs
+    that run it on the device were ``n/a`` and never measured. Every leg that runs it is checked, counted and timed,
+    where it ran as the uncompiled one did; the same work saved twice compares as unchanged."""
+    monkeypatch.setenv('PIPELINE_COMPILED', '1')
+    code, out, _ = _bench(capsys, '--quick', '--save', 'main', '--json', 'result.json')
+    assert code == 0, out
+    legs = json.loads((user_repo / 'result.json').read_text())['legs']
+    running = [leg for leg in LEGS_RUNNING_IT if legs[leg]['status'] != 'not on this release']
+    for leg in running:
+        assert legs[leg]['status'] == 'ran' and legs[leg]['work']['ops'] > 0 and legs[leg]['round_s'], (leg, out)
+        assert legs[leg]['placement'] == ('host' if leg == 'native-batch' else 'device'), (leg, legs[leg])
+    on_device = [leg for leg in running if leg != 'native-batch']  # the host leg moves its transform's float32
+    assert {legs[leg]['h2d_bytes_by_dtype'].get('uint8') for leg in on_device} == {32 * 3 * 48 * 48}, out
+    code, out, _ = _bench(capsys, '--compare', 'main')
+    assert code == 0 and 'nothing worsened' in out.splitlines()[-1], out
 
 
 @pytest.mark.runs_in('family:rejected')

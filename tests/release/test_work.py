@@ -64,6 +64,24 @@ def test_a_heavier_transform_counts_more_and_the_same_code_counts_the_same() -> 
     assert more.ops > base.ops and more.bytes > base.bytes
 
 
+def test_a_compiled_transform_is_counted_as_written_and_never_traced_by_the_count() -> None:
+    """Issue 59: Dynamo traced the counter's own dispatch mode on every counted call (17 frames for a quick bench
+    where 6 serve the user's calls), and on torch 2.4 a backend failed under it (``not counted``). The counted call
+    runs the transform eagerly: the compiler is never asked, the ops are the uncompiled transform's, and the real
+    call after it runs the compiled code."""
+    compiled_for: list[int] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+        compiled_for.append(len(inputs))
+        return graph.forward
+
+    fast = torch.compile(crop_flip_normalise, backend=backend)
+    fast(_batch())  # the user's first call compiles it
+    assert compiled_for == [1]
+    assert _count(fast, calls=2) == _count(crop_flip_normalise, calls=2)
+    assert compiled_for == [1], 'the count traced the transform again'
+
+
 def test_work_that_depends_on_draws_is_the_same_for_seeded_runs_and_the_real_call_draws_as_it_would() -> None:
     runs = []
     for _ in range(2):
