@@ -257,7 +257,7 @@ def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[st
 def unsteady_pairs(result: PipelineResult) -> list[str]:
     """What a saved baseline's unsteady pairs mean for the compares against it (none: every pair held)."""
     gated = [m for m in metrics.pipeline_metrics(result.legs) if m.kind is rule.BESIDE]
-    shaky = [f'{m.id}: {why}' for m in gated for why in [results.unsteady(m.read(result))] if why]
+    shaky = [f'{m.id}: its ratio {why}' for m in gated for why in [results.unsteady(m.read(result))] if why]
     if not shaky or result.fingerprint['size']['rounds'] < rule.VERDICT_ROUNDS:
         return []
     return [

@@ -26,7 +26,7 @@ __all__ = [
 
 #: The result format; another schema is refused, naming it. 5: one record for both benches, one leg vocabulary.
 SCHEMA = 5
-#: A leg whose rounds spread (interquartile range) by more than this share of their median is unstable.
+#: Per-round samples whose interquartile range is over this share of their median are unsteady (:func:`unsteady`).
 UNSTABLE = 0.25
 #: The placement schema 5 stores for a leg that was never built (not on this release, or rejected).
 UNAVAILABLE = 'unavailable'
@@ -49,15 +49,12 @@ def spread(samples: list[float], fmt: str = '.3f') -> str:
     return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
 
 
-def unsteady(ratios: list[float]) -> str:
-    """How a pair's per-round ratios spread where they spread past :data:`UNSTABLE` of their median (``''``: they do
-    not): the two legs of a round met another machine; one leg alone may spread and the pair still hold."""
-    if len(ratios) < 2:
-        return ''
-    q1, median, q3 = quartiles(ratios)
-    if (q3 - q1) / median <= UNSTABLE:
-        return ''
-    return f'its ratio spread by {(q3 - q1) / median:.0%} across rounds (x{min(ratios):.2f} to x{max(ratios):.2f})'
+def unsteady(samples: list[float]) -> str:
+    """How per-round samples spread where past :data:`UNSTABLE` of their median (``''``: not, or under two): a pair's
+    ratios (both legs of a round meet the same machine; one leg's rounds may scatter and its pairs hold), a leg's."""
+    q1, median, q3 = quartiles(samples) if len(samples) > 1 else (0.0, 1.0, 0.0)
+    width = (q3 - q1) / median
+    return f'spread by {width:.0%} across rounds ({min(samples):.3g} to {max(samples):.3g})' if width > UNSTABLE else ''
 
 
 class UnreadableResult(ValueError):
@@ -216,19 +213,6 @@ class Result:
         """A leg's step time per round, in ms (empty: not timed)."""
         measured, steps = self.legs.get(name), self.fingerprint['size']['steps']
         return [] if measured is None or not measured.available else [s * 1e3 / steps for s in measured.round_s]
-
-    def unstable(self, name: str) -> str:
-        """Why the leg's rounds are unstable ('': they are not)."""
-        step = self.step_ms(name)
-        if len(step) < 2:
-            return f'{name} has one round' if step else f'{name} was not timed'
-        q1, median, q3 = quartiles(step)
-        if (q3 - q1) / median <= UNSTABLE:
-            return ''
-        return (
-            f"{name}'s rounds spread by {(q3 - q1) / median:.0%} of their median ({min(step):.3g} to {max(step):.3g} "
-            'ms/step): the machine was busy, or the leg varies from round to round'
-        )
 
     # What only the reference bench has: the recipe's legs, a probe's samples, what enable() patched.
     def legs_of(self, recipe: bool = False) -> dict[str, LegResult]:

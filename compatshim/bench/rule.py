@@ -357,8 +357,8 @@ def _unsteady(now: list[float], before: list[float]) -> str:
     """Why a pair's timing cannot be judged (``''``: it can): its ratio unsteady in the baseline or in this run."""
     then, here = unsteady(before), unsteady(now)
     if then:
-        return f'not judged: in the baseline, {then}; a baseline saved again in steadier rounds judges it'
-    return f'not judged: in this run, {here}; run again, or with more --rounds' if here else ''
+        return f'not judged: in the baseline, its ratio {then}; a baseline saved again in steadier rounds judges it'
+    return f'not judged: in this run, its ratio {here}; run again, or with more --rounds' if here else ''
 
 
 #: Three sessions of unchanged code moved these ratios by up to 10.3%, a 20% slower transform by 11.4-18.7%.
