@@ -19,6 +19,7 @@ from compatshim.bench.rule import verdicts
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
 from compatshim.shim.notes import transform_name
+from compatshim.shim.registry import STATE
 
 __all__ = [
     'Baselines', 'Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'bench_pipeline', 'compare', 'gate_pipeline',
@@ -215,7 +216,9 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     never = [leg for leg in result.legs if leg not in ran | ran_before]
     lines += judged.lines(what)
     work = {j.metric.split(':')[0]: j.outcome for j in judged.judgements if j.metric.endswith('work per call')}
-    lines += [f'work: {rule.WORK_RULE}'] if set(work.values()) - {rule.Outcome.OK} else []
+    if set(work.values()) - {rule.Outcome.OK} and 'work rule' not in STATE.warned:  # once a process (a fixture's
+        STATE.warned.add('work rule')  # session compares many times)
+        lines.append(f'work: {rule.WORK_RULE}')
     lines += timing_sight(result, baseline, work) if timed else []
     outcomes = [j.outcome for j in judged.judgements]
     worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
