@@ -664,7 +664,7 @@ def test_every_set_measured_elsewhere_is_no_regression_or_refused(folder: Path, 
     assert code in (0, 2), out
     if MEASUREMENTS in folder.parents:  # they counted work, and did not say how: refused in one line, nothing judged
         assert code == 2 and len(out.strip().splitlines()) == 1, out
-        assert 'work counted by method 2 in the baseline, 1 now' in out and '--record --replace' in out, out
+        assert 'work counted by method 3 in the baseline, 1 now' in out and '--record --replace' in out, out
 
 
 @pytest.mark.parametrize('run', ['quiet', 'loaded'])
@@ -701,7 +701,7 @@ def test_a_baseline_counted_another_way_is_refused_by_every_gate(tmp_path: Path,
     judgements = judged(heavier, older)
     assert rule.worst(judgements) == 'not comparable' and 'regression' not in {j.outcome for j in judgements}
     code, lines = gate.against_baselines(heavier, baselines)
-    assert code == 2 and len(lines) == 1 and 'work counted by method 1 in the baseline, 2 now' in lines[0], lines
+    assert code == 2 and len(lines) == 1 and 'work counted by method 1 in the baseline, 3 now' in lines[0], lines
     assert _report(tmp_path, heavier, baselines=baselines)[0] == 2
     err = capsys.readouterr().err
     assert (
