@@ -130,6 +130,9 @@ class Ratio(Kind):
 
     name, unit, paired = 'same-run ratio', '×', True
 
+    #: What an improvement says: like work's ratio rose only with the code; unlike work's moves with a runner's phase.
+    improved = 'the baseline is stale, re-record it'
+
     def __init__(self, min_effect: float, what: str, holds: str) -> None:
         self.min_effect, self.holds = min_effect, holds
         self.sentence = f'{what} that falls by more than {min_effect:.0%}'
@@ -154,7 +157,7 @@ class Ratio(Kind):
         elif change < 0:
             outcome, reason = Outcome.REGRESSION, shift
         else:
-            outcome, reason = Outcome.IMPROVED, f'{shift}: the baseline is stale, re-record it'
+            outcome, reason = Outcome.IMPROVED, f'{shift}: {self.improved}'
         return Judgement(metric, outcome, reason, old, new, threshold, p, '×')
 
 
@@ -375,6 +378,7 @@ BESIDE = Ratio(
     "the pipeline's code, and another kind of runner by about its minimum effect: compare on the same kind",
 )
 BESIDE.stable_rounds = True
+BESIDE.improved = 'faster than the baseline (or a quieter phase of the runner); save it again to gate from here'
 OVERHEAD = Reported('overhead ratio', '×', '.3f', lambda path, direct, calls: path / direct)
 FIGURE = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: (path - direct) / calls * 1e6)
 DIRECT = Reported('figure', ' µs/batch', '.1f', lambda path, direct, calls: direct / calls * 1e6)
@@ -438,7 +442,7 @@ def unlike_baseline(result: Result, baseline: Result, keys: tuple[str, ...]) -> 
 def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], keys: tuple[str, ...]) -> list[Judgement]:
     """Every gated metric of ``metrics`` in ``result``, against ``baseline`` (``None``: none) alike in ``keys``."""
     unlike = None if baseline is None else unlike_baseline(result, baseline, keys)
-    out = []
+    out: list[tuple[Any, Judgement]] = []
     for metric in metrics:
         now = metric.read(result) if metric.gated_for(result) else []
         if not now:
@@ -447,28 +451,36 @@ def judge(result: Result, baseline: Optional[Result], metrics: Iterable[Any], ke
         before = metric.read(baseline) if baseline is not None and not unlike else []
         shaky = _unsteady(now, before) if kind.stable_rounds and before else ''
         if shaky:
-            out.append(Judgement(metric.id, Outcome.INCONCLUSIVE, shaky, kind.central(before), kind.central(now)))
+            unsure = Judgement(metric.id, Outcome.INCONCLUSIVE, shaky, kind.central(before), kind.central(now))
+            out.append((metric, unsure))
             continue
         if not kind.against_baseline or before:
-            out.append(kind.judge(metric.id, now, before or None))
+            out.append((metric, kind.judge(metric.id, now, before or None)))
             continue
         outcome = Outcome.NOT_COMPARABLE if unlike else Outcome.INCONCLUSIVE
         why = 'no baseline' if baseline is None else 'not measured in the baseline'
         why = f'not comparable: {unlike}' if unlike else why
-        out.append(Judgement(metric.id, outcome, why, current=kind.central(now), unit=kind.unit))
+        out.append((metric, Judgement(metric.id, outcome, why, current=kind.central(now), unit=kind.unit)))
     return _like_for_like(out)
 
 
-def _like_for_like(judged: list[Judgement]) -> list[Judgement]:
-    """No timing improved where a count changed: the legs no longer do the work they did (a transform that grows its
-    batch makes the ceiling, which runs the model on the transform's output, slower)."""
+def _like_for_like(judged: list[tuple[Any, Judgement]]) -> list[Judgement]:
+    """A leg against its ceiling (unlike work: ``stable_rounds``) is no longer like for like where a count of its legs,
+    or the transform's work (which made the ceiling's batches), changed: never improved (a transform that grows its
+    batch slows the ceiling), and no regression where no count rose (a smaller batch speeds the ceiling up more)."""
     counted = ('B/call', 'bytes/step', 'calls/step')
-    moved = [j.metric for j in judged if j.unit.strip() in counted and j.outcome is not Outcome.OK]
-    if not moved:
-        return judged
-    why = f'but the counted work changed ({", ".join(moved)}): not like for like, not an improvement'
-    return [dataclasses.replace(j, outcome=Outcome.INCONCLUSIVE, reason=f'{j.reason.split(":")[0]}, {why}')
-            if j.outcome is Outcome.IMPROVED and j.unit == '×' else j for j in judged]  # fmt: skip
+    changed = [(j.metric, j.outcome) for _, j in judged if j.unit.strip() in counted and j.outcome is not Outcome.OK]
+    out = []
+    for metric, j in judged:
+        legs = (metric.source.leg, metric.source.partner)
+        moved = [(m, o) for m, o in changed if m.split(':')[0] in legs or m.endswith(': work per call')]
+        rose = any(o is Outcome.REGRESSION for _, o in moved)
+        if metric.kind.stable_rounds and moved and (j.outcome is Outcome.IMPROVED or
+                                                    (j.outcome is Outcome.REGRESSION and not rose)):  # fmt: skip
+            why = f'but the counted work changed ({", ".join(m for m, _ in moved)}): not like for like, not judged'
+            j = dataclasses.replace(j, outcome=Outcome.INCONCLUSIVE, reason=f'{j.reason.split(":")[0]}, {why}')
+        out.append(j)
+    return out
 
 
 # --- The pipeline bench's verdicts: what its figures tell, never gated -------------------------------------------

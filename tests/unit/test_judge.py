@@ -640,6 +640,17 @@ def test_a_leg_that_spread_alone_does_not_veto_the_steady_ratio_it_is_in() -> No
     assert judged['shim-batch/ceiling'].reason.startswith('not judged: in this run, its ratio spread')
 
 
+def test_like_for_like_holds_only_a_leg_against_its_ceiling() -> None:
+    """A review of issue 59's rule: demoting every improved ratio where any count changed also hid the reference's
+    same-run ratios (like work on both legs) behind a recipe leg's bytes. Only a pipeline leg against its ceiling is
+    demoted, and only by the counts of its own legs or the transform's work."""
+    base = recorded('composer0.28.0-cpu')
+    faster = _scaled(base, shim=1.5)
+    faster.recipe['shim-microbatch'].h2d_bytes_per_step -= 1000  # a count of another leg changed
+    outcomes = {j.metric: j.outcome for j in judged(faster, base)}
+    assert outcomes['shim-batch/native-batch'] == 'improved', outcomes
+
+
 #: Copies of sets in the shared measurements (unchanged code's ``tox -m report`` on machines the developers do not
 #: have): 2026-12-03b counted work by method 1 (before issue 46), 2026-12-05 by method 2 without saying so. The
 #: 2026-12-03 set is ``third-machine``; the 2026-12-02 set (schema 4) is ``schema4``'s.
