@@ -16,6 +16,7 @@ from compatshim.bench import engine, gate, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
 from compatshim.bench.results import PIPELINE_DIR, Cause, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.rule import verdicts
+from compatshim.bench.work import generators_kept, held_by
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
 from compatshim.shim.notes import transform_name
@@ -131,7 +132,8 @@ def bench_pipeline(
     """Measure every leg of ``pipeline`` at ``size`` (default: ``default``). ``ValueError`` (:class:`PipelineError`
     for the pipeline itself): the run cannot be made; ``RuntimeError``: the shim is enabled."""
     size = size or size_of('default')
-    with engine.open_session(on, name, size, progress) as session:
+    held = generators_kept(held_by(pipeline.transform))  # the transform's own, as they were: each bench starts alike
+    with engine.open_session(on, name, size, progress) as session, held:
         source, moving = Source(pipeline.dataloader), session.on.composer_device()
         try:  # the ceiling's batches: the transform tried on each before any leg runs
             batches, ceiling = [source.next() for _ in range(size.steps)], []

@@ -168,6 +168,31 @@ def test_a_draw_dependent_transform_counts_the_same_on_every_leg_at_one_stage(
         assert counted and len({json.dumps(w, sort_keys=True) for w in counted.values()}) == 1, counted
 
 
+def test_a_generator_at_the_top_of_the_users_module_counts_alike_in_every_bench_of_a_process(
+    user_repo: Path,
+) -> None:
+    """A review of issue 59: a module-level ``RNG = numpy.random.default_rng(0)`` was advanced by each bench (the
+    ceiling's calls, the timed rounds) and never put back, so a second bench in one process (a fixture session's)
+    counted a transform whose work depends on its draws apart: 2.5 ops per call, then 3.0. Each bench starts from
+    the generators the transform holds as they were."""
+    from compatshim.bench import pipeline
+
+    (user_repo / 'held_rng.py').write_text(
+        'import numpy, torch\nRNG = numpy.random.default_rng(0)\n'
+        'def transform(batch):\n    x, y = batch\n    x = x.float()\n'
+        '    for _ in range(int(RNG.integers(1, 6))):\n        x = x * 1.01\n    return x, y\n'
+        'def pipeline():\n    data = torch.utils.data.TensorDataset(torch.zeros(32, 3, 8, 8), torch.zeros(32).long())\n'
+        '    return {"dataloader": torch.utils.data.DataLoader(data, batch_size=8), "transform": transform}\n'
+    )
+    size = pipeline.size_of('quick', steps=4, rounds=1)
+    counted = [
+        {leg: m.work.ops for leg, m in pipeline.gate_pipeline('held_rng:pipeline', size=size).result.legs.items()
+         if m.work is not None}
+        for _ in range(2)
+    ]  # fmt: skip
+    assert counted[0] and counted[0] == counted[1], counted
+
+
 def test_work_that_leaves_torch_is_named_and_a_count_change_of_it_is_never_an_improvement(
     user_repo: Path, capsys: Any, monkeypatch: Any
 ) -> None:
