@@ -8,7 +8,8 @@ bytes), ``PIPELINE_HEAVIER=1`` adds one op over a tenth of the batch (about 10% 
 adds a flip per sample, its masks drawn by torch (``torch``) or by numpy (``numpy``: work torch cannot count), or a
 flip of the whole batch with probability one half (``coin``: work that depends on the draws), or a loop over the
 samples that flips and scales each by Python's global ``random`` (``python``: the timm/albumentations style).
-``PIPELINE_COMPILED=1`` hands the bench the transform ``torch.compile``d (Dynamo's ``eager`` backend: no compiler).
+``PIPELINE_COMPILED=1`` hands the bench the transform ``torch.compile``d (Dynamo's ``eager`` backend: no compiler);
+``PIPELINE_DRAWS=N`` makes the collate draw N numbers from Python's ``random`` (a logger's, a lazy import's).
 """
 
 import os
@@ -22,6 +23,8 @@ STD = torch.tensor([0.229 * 255, 0.224 * 255, 0.225 * 255]).view(1, 3, 1, 1)
 
 
 def collate(samples):
+    for _ in range(int(os.environ.get('PIPELINE_DRAWS', '0'))):  # what a logger or a lazy import may draw
+        random.random()
     images = torch.stack([image for image, _ in samples])
     labels = torch.stack([label for _, label in samples]).to(torch.int64)
     if os.environ.get('PIPELINE_FLOAT32') == '1':

@@ -11,7 +11,6 @@ edge of its minimum effect (twice as slow) is judged on recorded samples in ``te
 from __future__ import annotations
 
 import json
-import random
 import re
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,8 @@ def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / name).write_text((PIPELINES / name).read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    planted = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'PIPELINE_COMPILED', 'COMPATSHIM_DISABLE')
+    planted = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'PIPELINE_COMPILED', 'PIPELINE_DRAWS')
+    planted += ('COMPATSHIM_DISABLE',)
     for variable in planted:
         monkeypatch.delenv(variable, raising=False)
     return tmp_path
@@ -216,16 +216,15 @@ def test_a_per_sample_python_random_loop_counts_the_same_whatever_was_drawn_befo
 ) -> None:
     """Issue 59: a loop over the samples drawing from Python's global ``random`` failed every unchanged compare: an
     import between the bench's seed and its counted steps (coolname draws ~800 numbers as Composer loads) drew in one
-    run and not in the other. The counted steps start from one seeded state: three compares after other draws exit
-    0 (a compare without ``--quick`` measures at the baseline's size); twice the work exits 1 on its work."""
-    import numpy
-    import torch
-
+    run and not in the other. Here the save's collate draws 800 numbers after the bench's seed, the compares' other
+    counts: the counted steps start from one seeded state, so all three exit 0 (a compare without ``--quick``
+    measures at the baseline's size); twice the work exits 1 on its work."""
     monkeypatch.setenv('PIPELINE_MASKS', 'python')
+    monkeypatch.setenv('PIPELINE_DRAWS', '800')
     code, out, _ = _bench(capsys, '--quick', '--save', 'main')
     assert code == 0, out
-    for drawn in (800, 1, 37):  # what an import, a logger, a user's module may draw before the bench runs
-        [random.random() for _ in range(drawn)], torch.rand(drawn), numpy.random.rand(drawn)
+    for drawn in ('0', '1', '37'):
+        monkeypatch.setenv('PIPELINE_DRAWS', drawn)
         code, out, _ = _bench(capsys, '--compare', 'main')
         assert code == 0 and 'work per call' not in ''.join(re.findall(r'REGRESSION.*', out)), out
     monkeypatch.setenv('PIPELINE_SLOWER', '2')
