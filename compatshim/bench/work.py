@@ -100,26 +100,37 @@ def held_by(transform: Any) -> list[Held]:
 
 
 def _compiled(value: Any) -> Optional[Any]:
-    try:  # a function torch.compile made, or a module it compiled
-        wrapped = hasattr(value, '_torchdynamo_orig_callable') or type(value).__module__.startswith('torch._dynamo')
+    try:  # a function torch.compile made (not one that torch.compiler.disable marked), or a module it compiled
+        wrapped = hasattr(value, '_torchdynamo_orig_callable') and not hasattr(value, '_torchdynamo_disable')
+        wrapped = wrapped or type(value).__name__ == 'OptimizedModule'
     except Exception:  # noqa: BLE001 - an object's own __getattr__ may raise anything
         return None
     return value if wrapped else None
 
 
 def compiled(transform: Any) -> bool:
-    """Whether ``transform`` reaches a ``torch.compile``d function or module (:func:`reached`)."""
-    return bool(reached(transform, _compiled))
+    """Whether ``transform`` reaches a ``torch.compile``d function or module (:func:`reached`; at the top of a module,
+    only one its code names: a ``model = torch.compile(...)`` beside it is not its own)."""
+    return bool(reached(transform, _compiled, named=True))
 
 
-def reached(transform: Any, pick: Callable[[Any], Optional[Found]], depth: int = 3) -> list[Found]:
+def _names(code: Any) -> set[str]:
+    """The global names ``code`` (a code object) and the code nested in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        names |= _names(const) if isinstance(const, types.CodeType) else set()
+    return names
+
+
+def reached(transform: Any, pick: Callable[[Any], Optional[Found]], depth: int = 3, named: bool = False) -> list[Found]:
     """What ``pick`` finds in what ``transform`` reaches ``depth`` levels deep, and at the top of the modules defining
-    it (``RNG = numpy.random.default_rng(0)``, a ``torch.compile``d function its code calls by name)."""
+    it (``RNG = numpy.random.default_rng(0)``; ``named``: only a name the code reached reads)."""
     import torch
 
     found: list[Found] = []
     seen: set[int] = set()
     modules: dict[str, Mapping[str, Any]] = {}
+    read: set[str] = set()
 
     def visit(value: Any, left: int) -> None:
         if id(value) in seen or len(seen) > 256 or isinstance(value, (type, types.ModuleType, torch.Tensor)):
@@ -130,7 +141,10 @@ def reached(transform: Any, pick: Callable[[Any], Optional[Found]], depth: int =
             found.append(picked)
             return
         defined_in = getattr(value, '__globals__', None)  # a function: its module's namespace
-        if isinstance(defined_in, dict):
+        called = vars(type(value)).get('__call__')  # an object of a class: what its call reads
+        for code in (getattr(value, '__code__', None), getattr(called, '__code__', None)):
+            read.update(_names(code) if isinstance(code, types.CodeType) else ())
+        if isinstance(defined_in, dict) and not str(defined_in.get('__name__')).startswith('torch.'):
             modules.setdefault(str(defined_in.get('__name__')), defined_in)
         elif hasattr(value, '__dict__') and not callable(getattr(value, '__func__', None)):
             module = sys.modules.get(type(value).__module__)  # an object of a class: the class's module
@@ -144,6 +158,7 @@ def reached(transform: Any, pick: Callable[[Any], Optional[Found]], depth: int =
     for namespace in list(modules.values()):
         for name, value in list(namespace.items()):  # not a dunder: Dynamo keeps its compiled frames there
             skip = name.startswith('__') or id(value) in seen or isinstance(value, (type, types.ModuleType))
+            skip = skip or (named and name not in read)
             picked = None if skip else pick(value)
             if picked is not None:
                 seen.add(id(value))

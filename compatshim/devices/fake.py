@@ -4,6 +4,7 @@ Composer."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import torch
@@ -71,18 +72,26 @@ def following_the_tag(transform: Callable[[Any], Any], traced: bool = False) -> 
     device=x.device)``) is on the fake accelerator too, as on a GPU, not a host tensor whose next move counts as bytes
     that crossed. A rebuilt ``torch.device(str(x.device))`` is the host's: the tag follows the object. ``traced``
     (``torch.compile``: Dynamo does not trace a tensor subclass): the call gets plain tensors, and what it returns is
-    tagged where the batch was on the device (read before the call, as placement is)."""
+    tagged where the batch was on the device (read before the call, as placement is), a tensor made on the host too."""
 
     @functools.wraps(transform)
     def follows(batch: Any) -> Any:
-        if traced:
-            plain = tree_map(_plain_leaf, batch)
-            on_device = any(a is not b for a, b in zip(tree_leaves(batch), tree_leaves(plain)))
+        plain = tree_map(_plain_leaf, batch) if traced else batch
+        on_device = any(a is not b for a, b in zip(tree_leaves(batch), tree_leaves(plain)))
+        if traced and (on_device or not _holds_tag(batch)):
             return tree_map(_tagged_leaf, transform(plain)) if on_device else transform(plain)
-        with _FollowsTheTag():
+        with _FollowsTheTag():  # also a container torch's pytree does not open (a tuple subclass): as before
             return transform(batch)
 
     return follows
+
+
+def _holds_tag(batch: Any) -> bool:
+    """Whether ``batch`` holds a tagged tensor where Composer's ``batch_to_device`` looks (a tuple subclass too)."""
+    if isinstance(batch, FakeAcceleratorTensor):
+        return True
+    inside = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    return any(_holds_tag(item) for item in inside)
 
 
 def _plain_leaf(leaf: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import pickle
+import types
 
 import pytest
 import torch
@@ -118,5 +119,15 @@ def test_a_compiled_transform_is_traced_on_plain_tensors_and_its_results_are_whe
     assert [torch.Tensor] not in given[1:]  # 2.4) or traces the subclass (2.7+), never the plain code as on a GPU
     assert torch.equal(out.as_subclass(torch.Tensor), torch.tensor([6.0, 4.0, 2.0, 0.0]))
     assert not is_on_device(following_the_tag(transform, traced=True)((torch.arange(4.0), ''))[0])  # a host batch
+
+    class Pair(tuple):  # a container torch's pytree does not open: the tag followed as for any transform
+        pass
+
+    assert is_on_device(following_the_tag(lambda batch: batch[0] + 1, traced=True)(Pair((x, 'label'))))
     assert compiled(transform) and compiled(scale) and compiled(torch.compile(torch.nn.Identity(), backend=backend))
     assert not compiled(lambda batch: batch) and not compiled(copy.deepcopy)
+    assert not compiled(torch.compiler.disable(lambda batch: batch))  # marked by Dynamo, never compiled
+    beside = types.ModuleType('beside')  # a compiled model at the top of the transform's module is not its own
+    exec('import torch\nmodel = torch.compile(torch.nn.Identity(), backend="eager")\n'
+         'def plain(batch):\n    return batch\ndef uses(batch):\n    return model(batch)\n', vars(beside))  # fmt: skip
+    assert not compiled(beside.plain) and compiled(beside.uses)
