@@ -237,9 +237,11 @@ class Result:
         """A stored result of this kind at :data:`SCHEMA`; anything else is refused, saying what it is."""
         if not isinstance(data, dict) or not isinstance(data.get('fingerprint'), dict) or 'legs' not in data:
             raise UnreadableResult(f'it is not a result of {cls.command}')
-        schema = data.get('schema')
+        schema = data.get('schema', 'none')
         if schema != SCHEMA:
-            raise UnreadableResult(f'it is a result at schema {schema}; this compatshim reads {SCHEMA} only')
+            newer = isinstance(schema, int) and schema > SCHEMA
+            said = f'it is a result at schema {schema}; this compatshim reads {SCHEMA} only'
+            raise UnreadableResult(said + (' (a newer compatshim wrote it: upgrade this one)' if newer else ''), schema)
         kinds: dict[str, type[Result]] = {BenchResult.kind: BenchResult, PipelineResult.kind: PipelineResult}
         kind = kinds.get(str(data.get('kind')))
         if kind is not cls:
@@ -424,7 +426,7 @@ def read(paths: Iterable[PathLike]) -> tuple[list[BenchResult], list[str]]:
                 entries = data['results'] if isinstance(data, dict) and 'results' in data else [data]
                 found += [BenchResult.from_json(entry) for entry in entries]
             except UnreadableResult as exc:
-                what = f': {exc}; {again}' if 'schema' in str(exc) else f'{neither}{exc}'
+                what = f': {exc}; {again}' if exc.schema is not None else f'{neither}{exc}'
                 problems.setdefault(what, []).append(str(file))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 problems.setdefault(f'{neither}{type(exc).__name__}: {exc}', []).append(str(file))

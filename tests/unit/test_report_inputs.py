@@ -61,11 +61,16 @@ def test_no_results_comes_first_too(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize('change', [{}, {'schema': 3}, {'schema': SCHEMA + 1, 'kind': 'bench'}, {'kind': 'bench'}])
 def test_a_result_of_another_schema_is_refused_naming_the_schemas(change: dict[str, Any]) -> None:
     """0.1.0 was never published: a result of another schema (v0.1.0's own, schema 4) is not read, whatever it says of
-    its kind or writer; the line names its schema and this one's."""
+    its kind or writer; the line names its schema and this one's, and a newer schema says to upgrade."""
     data = {**_old(), **change}
     with pytest.raises(UnreadableResult) as refused:
         BenchResult.from_json(data)
-    assert str(refused.value) == f'it is a result at schema {data["schema"]}; this compatshim reads {SCHEMA} only'
+    said = f'it is a result at schema {data["schema"]}; this compatshim reads {SCHEMA} only'
+    newer = ' (a newer compatshim wrote it: upgrade this one)' if data['schema'] > SCHEMA else ''
+    assert str(refused.value) == said + newer
+    del data['schema']
+    with pytest.raises(UnreadableResult, match=f'^it is a result at schema none; this compatshim reads {SCHEMA} only$'):
+        BenchResult.from_json(data)
 
 
 def test_a_result_of_the_other_bench_or_no_result_says_so() -> None:
