@@ -342,8 +342,8 @@ def _pipeline_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         '--quick',
         action='store_true',
-        help='--pipeline: 3 rounds of 4 steps, which gate placement, calls and bytes only, no timing (12-15 s on a '
-        "quiet 2-core machine, Composer's import included)",
+        help='--pipeline: 3 rounds of 4 steps, which gate placement, calls, bytes and work only, no timing (12-15 s '
+        "on a quiet 2-core machine, Composer's import included)",
     )
     bench.add_argument(
         '--steps', type=int, metavar='N', help='--pipeline: steps per window (default 20; a heavy model needs fewer)'

@@ -216,16 +216,18 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
               for name in gone if not fails(name)]  # fmt: skip
     never = [leg for leg in result.legs if leg not in ran | ran_before]
+    lines += [f'FAILS {what} {leg}: now, {why(result, leg)}; in the baseline, {why(baseline, leg)} (reported, not '
+              'judged)' for leg in never if fails(leg)]  # fmt: skip
     lines += judged.lines(what)
     work = {j.metric.split(':')[0]: j.outcome for j in judged.judgements if j.metric.endswith('work per call')}
     if set(work.values()) - {rule.Outcome.OK} and 'work rule' not in STATE.warned:  # once a process (a fixture's
         STATE.warned.add('work rule')  # session compares many times)
         lines.append(f'work: {rule.WORK_RULE}')
-    lines += timing_sight(result, baseline, work) if timed else []
+    lines += timing_sight(result, baseline, work, judged.judgements) if timed else []
     outcomes = [j.outcome for j in judged.judgements]
     worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
     said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
-    said += [f'{unsure} inconclusive, which decide nothing'] if unsure else []
+    said += [f'{unsure} inconclusive, which decide{"s" if unsure == 1 else ""} nothing'] if unsure else []
     over = [f'{baseline.measured_at}, Composer {then}', 'legs judged: ' + ', '.join(
         leg for leg in result.legs if leg in (ran & ran_before) | relied_on)]  # fmt: skip
     over += [f'not measured in either run: {", ".join(never)}'] if never else []
@@ -234,9 +236,11 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     return judged.code, lines
 
 
-def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome]) -> list[str]:
+def timing_sight(
+    result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome], judged: list[rule.Judgement]
+) -> list[str]:
     """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
-    share of a step sets that); what the work counts see of it (``work``: each leg's work outcome)."""
+    share of a step sets that; ``judged``: whether it could here); what the counts see of it (``work``: by leg)."""
     name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
     now, before = result.legs.get(name), baseline.legs.get(name)
     if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
@@ -245,7 +249,8 @@ def timing_sight(result: PipelineResult, baseline: PipelineResult, work: dict[st
     step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
     slower = 1 + step_change / now.transform_share
     alike = (result.torch, result.composer) == (baseline.torch, baseline.composer)
-    sight = f'the timing gate sees it from about {slower:.1f}x slower'
+    unjudged = any(j.metric == f'{name}/ceiling' and j.reason.startswith('not judged') for j in judged)
+    sight = f'the timing gate sees it from about {slower:.1f}x slower' + (' (not in this run)' if unjudged else '')
     if now.work is None or not alike or work.get(name) in (None, rule.Outcome.INCONCLUSIVE):
         counted = f'{sight}, and only the timing gate: its work was not judged here'
     elif now.work.outside:

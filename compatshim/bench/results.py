@@ -53,13 +53,17 @@ def unsteady(samples: list[float]) -> str:
     """How per-round samples spread where past :data:`UNSTABLE` of their median (``''``: not, or under two): a pair's
     ratios (both legs of a round meet the same machine; one leg's rounds may scatter and its pairs hold), a leg's."""
     q1, median, q3 = quartiles(samples) if len(samples) > 1 else (0.0, 1.0, 0.0)
-    width = (q3 - q1) / median
+    width = (q3 - q1) / median if median > 0 else 0.0  # a clock too coarse for the window: nothing to judge by
     return f'spread by {width:.0%} across rounds ({min(samples):.3g} to {max(samples):.3g})' if width > UNSTABLE else ''
 
 
 class UnreadableResult(ValueError):
-    """A stored result this compatshim does not read: of another kind or schema (0.1.0 was never published: a result
-    of another schema is measured or saved again, never converted)."""
+    """A stored result this compatshim does not read: of another kind or ``schema`` (0.1.0 was never published: a
+    result of an older schema is measured or saved again, never converted)."""
+
+    def __init__(self, message: str, schema: Any = None) -> None:
+        super().__init__(message)
+        self.schema = schema
 
 
 class Cause(Word):

@@ -575,7 +575,7 @@ def verdicts(result: PipelineResult) -> list[str]:
     rounds = result.fingerprint['size']['rounds']
     if rounds < VERDICT_ROUNDS:
         return out + [
-            f'timing: no verdict from {rounds} rounds (--quick gates placement, calls and bytes only); run with '
+            f'timing: no verdict from {rounds} rounds (--quick gates placement, calls, bytes and work only); run with '
             f'{VERDICT_ROUNDS} rounds or more for the factors'
         ]
     ran = {name for name, measured in legs.items() if measured.available}
@@ -585,18 +585,19 @@ def verdicts(result: PipelineResult) -> list[str]:
         bound = 'yes' if waits > WAIT_LIMIT else 'no'
         out.append(f'input-bound: {bound} — {waits:.0%} of a {best} step waits for data (threshold {WAIT_LIMIT:.0%})')
     plain = result.affected and 'unpatched' in ran and unpatched.placement is not Placement.NEVER_CALLED
+    split, both = mb.calls_per_step != shim.calls_per_step, {'shim-microbatch', 'shim-batch'} <= ran
+    out += [] if split or not both else ['stage batch vs microbatch: one microbatch per step here, so both stages '
+                                         'make the same call (give microbatch_size to compare them)']  # fmt: skip
     factors = [  # (slow leg, fast leg, when, what it is about, the words before the factor, against what, after)
         ('unpatched', 'shim-batch', plain, 'the shim against unpatched',
          f'the shim on this release (unpatched: {unpatched.placement}): a step', 'unpatched',
          ''),
         ('native-batch', 'shim-batch', {'native-batch', 'shim-batch'} <= ran, 'the shim against batch_transforms',
          'against the workaround batch_transforms=fn (host), the shim: a step', 'the workaround', ''),
-        ('shim-microbatch', 'shim-batch', {'shim-microbatch', 'shim-batch'} <= ran, 'stage batch vs microbatch',
+        ('shim-microbatch', 'shim-batch', both and split, 'stage batch vs microbatch',
          'stage batch vs microbatch: stage batch is', 'stage microbatch',
          f'; {mb.calls_per_step:g} calls/step instead of {shim.calls_per_step:g} at stage microbatch (batch-level '
-         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'
-         if mb.calls_per_step != shim.calls_per_step else
-         '; one microbatch per step here, so both stages make the same call (give microbatch_size to compare them)'),
+         'draws and statistics per microbatch), which holds one microbatch on the device instead of the whole batch'),
         (best, 'ceiling', waits is not None, 'data for free (the ceiling leg)',
          'with data for free (the ceiling leg) a step would be', best, ''),
     ]  # fmt: skip

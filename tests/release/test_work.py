@@ -463,6 +463,7 @@ def test_a_leg_that_could_not_run_is_a_line_of_the_verdict() -> None:
         'RuntimeError: cannot trace' in lines, lines  # fmt: skip
     assert 'not measured in either run: unpatched, native-microbatch' in lines[-1], lines[-1]
     assert lines[-1].endswith('1 worsened') and 'legs judged: shim-batch, shim-microbatch, ceiling' in lines[-1]
+    assert any(line.startswith('FAILS uint8_pipeline:pipeline native-microbatch: now, Composer') for line in lines)
     now.legs['native-batch'].missing, now.legs['shim-batch'].missing = None, Missing(Cause.FAILED, 'RuntimeError: x')
     code, lines = pipeline.compare(now, before, 'base')
     assert code == 1 and any(line.startswith('REGRESSION uint8_pipeline:pipeline shim-batch: placement') for line in
