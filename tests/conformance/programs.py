@@ -52,8 +52,9 @@ AXES: dict[str, tuple[str, ...]] = {
     # What it does: changes the structure (a tuple for the list, a dict), leaves a part on the host, reads
     # state.batch, moves a tensor of its own with the trainer's device, modifies in place, raises.
     'effect': ('plain', 'restructure', 'to_dict', 'host', 'state_batch', 'moves', 'inplace', 'raises'),
-    # The loop: fit on the Trainer's dataloader, fit's own argument (two fits), an evaluator, predict.
-    'loop': ('train', 'fit_args', 'eval', 'predict'),
+    # The loop: fit on the Trainer's dataloader, fit's own argument (two fits), an evaluator, one with its own
+    # microbatch size, predict, predict over the plain dataloader (Composer builds a bare DataSpec around it).
+    'loop': ('train', 'fit_args', 'eval', 'eval_microbatch', 'predict', 'predict_plain'),
     'microbatch': ('none', 'int', 'auto'),
     # A Trainer subclass that overrides each loop method and calls super().
     'trainer': ('plain', 'subclass'),

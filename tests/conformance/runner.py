@@ -431,12 +431,13 @@ def _loop(p: dict[str, Any], spec: Any, fn: Any) -> None:
         if p['given'] == 'assigned_between':
             spec.device_transforms = fn
         t.fit(duration='1ba')
-    elif loop == 'eval':
+    elif loop in ('eval', 'eval_microbatch'):
         from composer.core import Evaluator
 
-        t.eval(eval_dataloader=Evaluator(label='held', dataloader=spec, metric_names=['MeanMetric']))
+        own = {'device_eval_microbatch_size': 2} if loop == 'eval_microbatch' else {}
+        t.eval(eval_dataloader=Evaluator(label='held', dataloader=spec, metric_names=['MeanMetric'], **own))
     else:
-        t.predict(spec, return_outputs=False)
+        t.predict(spec if loop == 'predict' else spec.dataloader, return_outputs=False)
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
