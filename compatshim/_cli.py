@@ -84,9 +84,8 @@ def _pipeline_command(args: argparse.Namespace) -> int:
     try:
         from compatshim.bench import pipeline
 
-        asked = args.quick or args.steps is not None or args.rounds is not None  # else a compare: its baseline's
-        size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds) if asked else None
-        size = size or (None if args.compare else pipeline.size_of('default'))
+        own = args.quick or args.steps is not None or args.rounds is not None or not args.compare  # else baseline's
+        size = pipeline.size_of('quick' if args.quick else 'default', args.steps, args.rounds) if own else None
         baselines = pipeline.Baselines(args.compare, args.save, args.dir)
         gated = pipeline.gate_pipeline(
             args.pipeline, device=args.device, size=size, baselines=baselines, progress=sys.stderr

@@ -194,9 +194,9 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     rounds."""
     ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
     relied_on = {name for name in ran_before if name in metrics.LEGS and metrics.LEGS[name].stage}
+    judged_legs = [leg for leg in result.legs if leg in (ran & ran_before) | relied_on]
     timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
-    judged_metrics = [m for m in metrics.pipeline_metrics((ran & ran_before) | relied_on)
-                      if timed or m.kind is not rule.BESIDE]  # fmt: skip
+    judged_metrics = [m for m in metrics.pipeline_metrics(judged_legs) if timed or m.kind is not rule.BESIDE]
     judged = gate.gate(result, baseline, judged_metrics, metrics.PIPELINE_COMPARABLE_BY)
     if judged.unlike:
         return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
@@ -228,8 +228,7 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
     said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
     said += [f'{unsure} inconclusive, which decide{"s" if unsure == 1 else ""} nothing'] if unsure else []
-    over = [f'{baseline.measured_at}, Composer {then}', 'legs judged: ' + ', '.join(
-        leg for leg in result.legs if leg in (ran & ran_before) | relied_on)]  # fmt: skip
+    over = [f'{baseline.measured_at}, Composer {then}', f'legs judged: {", ".join(judged_legs)}']
     over += [f'not measured in either run: {", ".join(never)}'] if never else []
     over += [] if timed else [f'timings not gated: fewer than {rule.VERDICT_ROUNDS} rounds']
     lines.append(f'compared with {name!r} ({"; ".join(over)}): {"; ".join(said)}')

@@ -76,11 +76,13 @@ def following_the_tag(transform: Callable[[Any], Any], traced: bool = False) -> 
 
     @functools.wraps(transform)
     def follows(batch: Any) -> Any:
-        plain = tree_map(_plain_leaf, batch) if traced else batch
-        on_device = any(a is not b for a, b in zip(tree_leaves(batch), tree_leaves(plain)))
-        if traced and (on_device or not _holds_tag(batch)):
-            return tree_map(_tagged_leaf, transform(plain)) if on_device else transform(plain)
-        with _FollowsTheTag():  # also a container torch's pytree does not open (a tuple subclass): as before
+        if traced:
+            plain = tree_map(_plain_leaf, batch)
+            if any(a is not b for a, b in zip(tree_leaves(batch), tree_leaves(plain))):
+                return tree_map(_tagged_leaf, transform(plain))
+            if not _holds_tag(batch):  # a host batch
+                return transform(plain)
+        with _FollowsTheTag():  # untraced, or a container torch's pytree does not open (a tuple subclass)
             return transform(batch)
 
     return follows
