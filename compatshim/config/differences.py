@@ -29,5 +29,6 @@ DIFFERENCES: dict[str, str] = {
     'the shim moves inside what the wrapper was given); the transform inside it runs on the device.',
     'microbatch': 'Stage `"microbatch"` (opted in): the transform runs once per microbatch, after its move, on the '
     'microbatch Composer split (a tuple for a list batch), so its calls, batch statistics and results are per '
-    'microbatch, and the whole batch is never on the device (events before the move see it on the host).',
+    'microbatch (a transform failing at its Nth call fails sooner), and the whole batch is never on the device '
+    '(events before the move see it on the host).',
 }

@@ -292,5 +292,7 @@ def _composers_walk(device: Any) -> bool:
     finds through ``tensor_to_device``: then the moved batch's placement is that of the tensors that method returned."""
     if 'batch_to_device' in getattr(device, '__dict__', {}):
         return False
-    owner = next((k for k in type(device).__mro__ if 'batch_to_device' in vars(k)), None)
-    return owner is not None and owner.__module__ == 'composer.devices.device' and owner.__name__ == 'Device'
+    move = getattr(type(device), 'batch_to_device', None)  # the function, through a loop frame's interposer too
+    return getattr(move, '__module__', None) == 'composer.devices.device' and (
+        getattr(move, '__qualname__', None) == 'Device.batch_to_device'
+    )

@@ -3,10 +3,11 @@
 The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
 trainer's own ``Device`` and ``State``. The patches of the Trainer's train, eval and predict loops (the shim's, and the
 monitor's watch while the shim is off) push a frame for each loop (eval inside ``fit`` nests) naming the DataSpec it
-runs; the hooks and the monitor read the innermost one. While a frame needs it, the trainer's device's
-``batch_to_device`` is interposed (on that ``Device`` instance only): after the shim moved a step's batch at stage
-batch, the loop's later moves in that step leave the batch as the transform returned it (0.24.1 split the moved batch
-and never moved it again); on 0.25–0.26 at stage microbatch, each move is followed by the transform.
+runs; the hooks and the monitor read the innermost one. While a frame needs it, ``batch_to_device`` is interposed on
+the class of the trainer's device, above anything set on the instance (a profiler's wrapper, set before the fit or in
+the middle of it): after the shim moved a step's batch at stage batch, Composer's later moves of it in that step leave
+the batch as the transform returned it, without reaching the user's ``Device`` (0.24.1 moved each batch once, then
+split it); on 0.25–0.26 at stage microbatch, each of the loop's moves is followed by the transform.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ class LoopFrame:
     def _interpose(self) -> None:
         if self._interposer is not None:
             return
+        cls = type(self.device)
         with STATE.lock:
-            interposer = vars(self.device).get('batch_to_device')
+            interposer = vars(cls).get('batch_to_device')
+            if not hasattr(self.device, '__dict__') or hasattr(type(cls.batch_to_device), '__set__'):
+                return  # nothing can be set on the instance: nothing to stand above
             if not isinstance(interposer, _Interposer):
-                device = self.device
-                swapped = patching.swap(device, 'batch_to_device', lambda move: _Interposer(device, move))
+                swapped = patching.swap(cls, 'batch_to_device', lambda _: _Interposer(cls))
                 interposer = swapped.replacement
                 interposer.swapped = swapped
             interposer.users += 1
@@ -139,39 +142,73 @@ def _reader(exc: BaseException) -> Optional[str]:
 
 
 class _Interposer:
-    """Stands in for ``device.batch_to_device`` while frames need it. In the innermost frame of this device, the
-    trainer's own moves, and Composer's algorithms' moves of ``state.batch``: after the shim's move of the step, the
-    batch as it is; armed, the move, then the transform. Every other move (a callback's, the transform's own, another
-    loop's) is the move alone."""
+    """``batch_to_device`` on the class of a trainer's ``Device`` while its frames need it: a data descriptor, so it is
+    asked at every read, above whatever the instance holds (a wrapper set on it before the fit, or by a callback in
+    the middle of one), as 0.24.1's single move was. A read by Composer's code (the running loop's, an algorithm's) of
+    the innermost frame's device, in a step the shim moved or armed, gets a :class:`_Move` in front of what the read
+    would have given; every other read gets exactly that (an instance's own value, else the class's method), and
+    assignments and deletions go to the instance, as without it."""
 
-    def __init__(self, device: Any, move: Callable[[Batch], Batch]) -> None:
-        self.device = device
-        self.move = move
+    def __init__(self, owner: type) -> None:
+        self.owner = owner
+        #: What the class's own lookup found (its own entry, or a base's): a function, or another non-data descriptor.
+        self.raw = next(vars(k)['batch_to_device'] for k in owner.__mro__ if 'batch_to_device' in vars(k))
+        self.__wrapped__ = self.raw
         self.users = 0
         self.swapped: Optional[patching.Swap] = None
 
-    def __call__(self, batch: Batch) -> Batch:
+    def __get__(self, device: Any, owner: Optional[type] = None) -> Any:
+        raw, cls = self.raw, type(device)
+        own = getattr(device, '__dict__', None) or {}
+        # The instance's own, unless a subclass defines its own method and this read is its super()
+        if 'batch_to_device' in own and (
+            cls is self.owner or next(k for k in cls.__mro__ if 'batch_to_device' in vars(k)) is self.owner
+        ):
+            move = own['batch_to_device']
+        else:
+            move = raw.__get__(device, owner) if hasattr(type(raw), '__get__') else raw
         frame = current_frame()
-        if frame is None or frame.device is not self.device:
+        if frame is None or frame.device is not device or not (frame.passed or frame.armed is not None):
+            return move
+        reader: Optional[FrameType] = sys._getframe(1)
+        while reader is not None and reader.f_code.co_name in _LOOKUPS:
+            reader = reader.f_back
+        module = '' if reader is None else reader.f_globals.get('__name__', '')
+        if module == frame.reader:
+            return _Move(frame, move, True)
+        return _Move(frame, move, False) if module.startswith('composer.') else move
+
+    def __set__(self, device: Any, value: Any) -> None:
+        vars(device)['batch_to_device'] = value
+
+    def __delete__(self, device: Any) -> None:
+        try:
+            del vars(device)['batch_to_device']
+        except KeyError:
+            raise AttributeError('batch_to_device') from None
+
+
+class _Move:
+    """What Composer's read of ``batch_to_device`` got in a step the shim moved (or armed): called in that step, the
+    loop's own move (``loop``), or an algorithm's move of ``state.batch``, leaves the batch as the shim's move and
+    transform left it; armed (0.25–0.26, stage microbatch), the loop's move is followed by the transform. Anything
+    else is the move the read would have given."""
+
+    __slots__ = ('frame', 'loop', 'move')
+
+    def __init__(self, frame: LoopFrame, move: Callable[[Batch], Batch], loop: bool) -> None:
+        self.frame, self.move, self.loop = frame, move, loop
+
+    def __call__(self, batch: Batch) -> Batch:
+        frame = self.frame
+        if frame is not current_frame():
             return self.move(batch)
-        if frame.passed and (by_loop(frame.reader) or _composers_move_of_the_step(frame, batch)):
+        if frame.passed and (self.loop or (frame.state is not None and batch is frame.state.batch)):
             return batch
         moved = self.move(batch)
-        armed = frame.armed
-        if armed is None or not by_loop(frame.reader):
+        if frame.armed is None or not self.loop:
             return moved
-        return call(frame.armed_by, 'device_transforms', armed, moved)
-
-
-def _composers_move_of_the_step(frame: LoopFrame, batch: Batch) -> bool:
-    """Whether Composer's own code (an algorithm: 0.25+'s ``SelectiveBackprop.apply``) moves the step's batch
-    (``state.batch``) again, after the shim moved it: 0.24.1 moved it once."""
-    if frame.state is None or batch is not frame.state.batch:
-        return False
-    caller: Optional[FrameType] = sys._getframe(2)
-    while caller is not None and caller.f_globals.get('__name__', '').startswith('compatshim.'):
-        caller = caller.f_back
-    return caller is not None and caller.f_globals.get('__name__', '').startswith('composer.')
+        return call(frame.armed_by, 'device_transforms', frame.armed, moved)
 
 
 def _stack() -> list[LoopFrame]:

@@ -8,7 +8,7 @@ instrumentor owns its patches and their lifecycle):
   replacement calls). :meth:`Swap.undo` puts the saved value back — or deletes the attribute the object never had —
   and only while the attribute is still the replacement: it never removes what someone else put there since. Every
   temporary replacement of compatshim's uses it (the recorder's byte counter on a ``Device``, the loop frame's
-  interposer, the monitor's taps, the bench's planted delay).
+  interposer on its class, the monitor's taps, the bench's planted delay).
 * :class:`Patch` / :class:`PatchSet`: a lasting replacement of a class attribute (a Composer method) and the set that
   owns it. A patch's replacement checks :attr:`Patch.active` on every call and passes straight through to the original
   when it is off. :meth:`PatchSet.restore_all` undoes a patch exactly where it is on top; where something else (an APM

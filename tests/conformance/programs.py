@@ -15,9 +15,12 @@ import json
 import random
 from typing import Any
 
-__all__ = ['AXES', 'Program', 'all_pairs', 'from_seed', 'key', 'script']
+__all__ = ['AXES', 'RAISED', 'Program', 'all_pairs', 'from_seed', 'key', 'script']
 
 Program = dict[str, str]
+
+#: What the transform of effect ``raises`` raises, at its second call.
+RAISED = 'the transform failed on its second call'
 
 #: Each axis and its values (the first is the plainest).
 AXES: dict[str, tuple[str, ...]] = {
@@ -64,8 +67,9 @@ AXES: dict[str, tuple[str, ...]] = {
     'later': ('none', 'model', 'callback', 'dataset'),
     # The trainer's Device as code written for 0.24.1 sets it up: Composer's own; a subclass whose batch_to_device
     # counts its moves, or normalises on the way (not idempotent); a wrapper on the instance's batch_to_device (a
-    # transfer profiler) set before the Trainer, or by a callback at FIT_START.
-    'device': ('composer', 'counting', 'normalising', 'wrapped_before', 'wrapped_fit_start'),
+    # transfer profiler) set before the Trainer, by a callback at FIT_START, or by one at the first batch's start
+    # (after that batch was moved).
+    'device': ('composer', 'counting', 'normalising', 'wrapped_before', 'wrapped_fit_start', 'wrapped_mid_fit'),
 }
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from programs import Program, key, script
+from programs import RAISED, Program, key, script
 
 __all__ = ['REFERENCE', 'RULES', 'TRACES', 'Trace', 'explain', 'recorded', 'verdict']
 
@@ -39,6 +39,14 @@ def _per_microbatch(trace: Trace) -> Trace:
         same['forwards'] = [(f['kind'].replace('list[', 'tuple['), f['where']) for f in trace['forwards']]
         same['events'] = [event for event in trace['events'] if event[0] not in _BATCH_EVENTS]
     return same
+
+
+def _raised_sooner(ref: Trace, got: Trace) -> bool:
+    """Per microbatch, a transform that fails at its second call fails in the first step's second microbatch: 0.24.1
+    reached that call a step later, or never (an error of the program's own first)."""
+    ours = (got['error'] or {}).get('line') == RAISED
+    where = [sorted({c['where'] for c in t['calls'] if 'where' in c}) for t in (ref, got)]
+    return ours and where[0] == where[1] and ref['reads'] == got['reads']
 
 
 def _del(program: Program, ref: Trace, got: Trace) -> bool:
@@ -72,7 +80,7 @@ def verdict(program: Program, stage: str, ref: Trace, got: Trace) -> Optional[st
     for name, allows in RULES.items():
         if allows(program, ref, got):
             return f'by rule {name}'
-    if stage == 'microbatch' and _per_microbatch(got) == _per_microbatch(ref):
+    if stage == 'microbatch' and (_per_microbatch(got) == _per_microbatch(ref) or _raised_sooner(ref, got)):
         return 'by rule microbatch'
     return None
 

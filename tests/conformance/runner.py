@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import torch
 from device import make_device
+from programs import RAISED
 from torch.utils.data import DataLoader, Dataset
 
 from compatshim.testing import placement
@@ -91,7 +92,7 @@ def core(batch: Any, scale: float = 2.0) -> Any:
     calls.append(call)
     k = len(calls)
     if effect == 'raises' and k == 2:
-        raise ValueError('the transform failed on its second call')
+        raise ValueError(RAISED)
     x, y = batch[0], batch[1]
     if effect == 'moves':  # a tensor of its own, moved with the trainer's device
         x = x + LOG['state'].device.batch_to_device(torch.ones(4))
@@ -325,6 +326,10 @@ def callbacks(p: dict[str, Any], spec: Any, fn: Any) -> list[Any]:
         def run_event(self, event: Event, state: Any, logger: Any) -> None:
             name = event.value
             if name == 'fit_start' and p['device'] == 'wrapped_fit_start':
+                wrap(state.device)
+            starts = ('batch_start', 'eval_batch_start', 'predict_batch_start')
+            if name in starts and p['device'] == 'wrapped_mid_fit' and not LOG.get('wrapped'):
+                LOG['wrapped'] = True
                 wrap(state.device)
             if p['events'] != 'none' and name in (
                 'after_dataloader',

@@ -67,3 +67,44 @@ def test_an_algorithm_that_moves_the_batch_moves_it_once(leg: str) -> None:
     t, _ = trainer(device, train_dataloader=_spec(n=32), max_duration='4ba', algorithms=[algorithm])
     t.fit()
     assert type(device).moves == 4, f'{type(device).moves} moves for 4 batches'
+
+
+#: Predict moved each batch once on 0.25+ too: there the shim must only not add a move, and has no control to fail.
+PROFILED = [pytest.param(leg.values[0], loop, marks=leg.marks, id=f'{leg.id}-{loop}') for leg in LEGS for loop in
+            ('train', 'eval', 'predict') if (leg.id, loop) != ('control', 'predict')]  # fmt: skip
+
+
+@pytest.mark.parametrize(('leg', 'loop'), PROFILED, indirect=['leg'])
+def test_a_profiler_wrapping_the_move_in_the_middle_of_a_loop_sees_one_move_per_batch(leg: str, loop: str) -> None:
+    """A transfer profiler that a callback sets on ``state.device.batch_to_device`` at the second batch's start (after
+    warm-up) of a loop over 3 batches of 2 microbatches: 0.24.1 had moved that batch before the event, so the wrapper
+    sees the third batch's move alone (before the fix, 5 calls in a fit: each microbatch was moved through it)."""
+    from composer.core import Callback, Event
+
+    calls, starts = [0], [0]
+
+    class Profiler(Callback):  # type: ignore[misc]
+        def run_event(self, event: Event, state: Any, logger: Any) -> None:
+            if event.value not in ('batch_start', 'eval_batch_start', 'predict_batch_start'):
+                return
+            starts[0] += 1
+            if starts[0] != 2:
+                return
+            inner = state.device.batch_to_device
+
+            def batch_to_device(batch: Any) -> Any:
+                calls[0] += 1
+                return inner(batch)
+
+            state.device.batch_to_device = batch_to_device
+
+    t, _ = trainer(make_device(), callbacks=[Profiler()], device_train_microbatch_size=4)
+    if loop == 'train':
+        t.fit(train_dataloader=_spec(n=24), duration='3ba')
+    elif loop == 'eval':
+        from composer.core import Evaluator
+
+        t.eval(eval_dataloader=Evaluator(label='held', dataloader=_spec(n=24), device_eval_microbatch_size=4))
+    else:
+        t.predict(_spec(n=24))
+    assert calls[0] == 1, f'{calls[0]} calls of the wrapper set at the second of 3 batches in {loop}'

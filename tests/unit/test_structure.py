@@ -289,8 +289,10 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: review's fixes (+41): like for like held per pair, both ways; the generators a transform holds put back after each
 #: bench of a process; a compiled function found only where the code names it (not one Dynamo disabled); a newer
 #: schema said; a leg failing that the baseline lacked; stage batch vs microbatch said once where both make one call;
-#: a container torch's pytree does not open left to the tag.
-RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1647, 'compatshim': 8574}
+#: a container torch's pytree does not open left to the tag. Raised for issue 58's profiler wrapping the move in the
+#: middle of a loop (+36): the move interposed on the Device's class, above what the instance holds (a data
+#: descriptor, its super() case), and what Composer's read of it gets in a step the shim moved.
+RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1683, 'compatshim': 8614}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
