@@ -148,8 +148,10 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
         _noting(self).add(BUILT)
-        if family is not Family.HOST and type(self) is not record.owner:
-            _warn_own_hook_names(type(self), record.owner, family)
+        if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
+            mine = vars(self)
+            mine[notes.COMPOSERS_HOOKS] = {name: mine[name] for name in _defined(type(self)) if name in mine}
+            _serve_own_names(record.owner, family)
 
     return __init__
 
@@ -161,21 +163,50 @@ def own_hook_names(cls: type, base: type, names: tuple[str, ...]) -> list[str]:
     return [name for name, k in zip(names, definers) if k is not base and issubclass(k, base)]
 
 
-def _warn_own_hook_names(cls: type, base: type, family: Family) -> None:
-    """Warn, once per class and name, where a subclass defines a hook name of 0.27+: the trainer's read of it never
-    reaches the shim's descriptor."""
-    for name in own_hook_names(cls, base, HOOKS[family]):
-        key = f'own-hook:{cls.__module__}.{cls.__qualname__}.{name}'
-        if key in STATE.warned:
-            continue
-        STATE.warned.add(key)
-        warnings.warn(
-            f'compatshim: {cls.__qualname__} defines {name} itself, so the trainer reads it past the shim: the '
-            f'device_transforms of its DataSpecs do not run on the device. Assign {name} in __init__ or pass it as an '
-            'argument instead of defining it on the class.',
-            CompatShimWarning,
-            stacklevel=3,
-        )
+#: The hook names of 0.27+ a DataSpec subclass defines itself (0.24.1 code may, for its own purposes), by class.
+_DEFINED: weakref.WeakKeyDictionary[type, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _defined(cls: type) -> tuple[str, ...]:
+    names = _DEFINED.get(cls)
+    if names is None:
+        base = sys.modules['composer.core.data_spec'].DataSpec
+        names = _DEFINED[cls] = tuple(own_hook_names(cls, base, HOOKS[STATE.family or Family.REJECTED]))
+    return names
+
+
+def _serve_own_names(data_spec_cls: type, family: Family) -> None:
+    """The shim's ``__getattribute__`` on ``DataSpec`` (once), for subclasses that define a hook name of 0.27+ on the
+    class: Composer's ``__init__`` assigns that name on the instance, which hides the class's own value from the
+    user's code and the shim's descriptor from the trainer. With it, the trainer's read gets the shim's hook (around
+    Composer's value), and every other read the class's own value, as on 0.24.1."""
+    with STATE.lock:
+        if (data_spec_cls, '__getattribute__') not in STATE.patches:
+            lookup = functools.partial(
+                make_lookup, names=HOOKS[family], serve=_for_the_trainer, while_on=True, other=_for_the_user
+            )
+            STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
+
+
+def _composers(spec: Any, name: str, value: Any) -> bool:
+    """Whether ``value`` (the instance's own ``name``) is what Composer's ``__init__`` assigned."""
+    kept = notes.own(spec).get(notes.COMPOSERS_HOOKS)
+    return kept is not None and name in kept and _same(kept[name], value)
+
+
+def _for_the_trainer(spec: Any, name: str, value: Any) -> Any:
+    if name not in _defined(type(spec)):
+        return value  # served by the descriptor beneath
+    if not _composers(spec, name, value):  # the class's own, or one the user's code assigned
+        _noting(spec).add(name)
+    return for_trainer(spec, name, value)
+
+
+def _for_the_user(spec: Any, name: str, value: Any) -> Any:
+    if name not in _defined(type(spec)) or not _composers(spec, name, value):
+        return value
+    raw = next(vars(k)[name] for k in type(spec).__mro__ if name in vars(k))
+    return raw.__get__(spec, type(spec)) if hasattr(type(raw), '__get__') else raw
 
 
 def for_trainer(spec: Any, name: str, value: Any) -> Any:
@@ -226,22 +257,34 @@ def _noting(spec: Any) -> set[str]:
 
 
 def _assigned(spec: Any, name: str, value: Any) -> Any:
-    """What the trainer's hook runs for a hook name of 0.27+ that code other than Composer's assigned on ``spec``: code
-    written for 0.24.1 used these names for its own purposes (0.24.1 never read them), so a value that is not callable
-    is no transform (``None``); a callable one is called, as Composer would, and said once per class and name."""
-    if not callable(value):
+    """What the trainer's hook runs for a hook name of 0.27+ that code other than Composer's set on ``spec`` or its
+    class: code written for 0.24.1 used these names for its own purposes (0.24.1 never read them), so a value that is
+    not callable with a batch is no transform (``None``); another is called, as Composer would, and said once per class
+    and name."""
+    if not callable(value) or not _takes_a_batch(value):
         return None
     key = f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}'
     if key not in STATE.warned:
         STATE.warned.add(key)
         warnings.warn(
-            f'compatshim: {type(spec).__qualname__} assigns {name} itself: the trainer calls it as its own {name} on '
+            f'compatshim: {type(spec).__qualname__} keeps its own {name}: the trainer calls it as its own {name} on '
             f'Composer {installed("mosaicml")} (0.24.1 never read that name). If it is no transform of the batch, give '
             'it another name.',
             CompatShimWarning,
             stacklevel=4,
         )
     return value
+
+
+def _takes_a_batch(value: Any) -> bool:
+    """Whether ``value`` can be called with one batch (one whose signature Python cannot read: assumed so)."""
+    try:
+        inspect.signature(value).bind(None)
+    except TypeError:
+        return False
+    except ValueError:
+        pass
+    return True
 
 
 def _warn_built_before(spec: Any) -> None:
@@ -290,10 +333,12 @@ def make_lookup(
     names: tuple[str, ...],
     serve: Callable[[Any, str, Any], Any],
     while_on: bool,
+    other: Optional[Callable[[Any, str, Any], Any]] = None,
 ) -> Callable[..., Any]:
     """``DataSpec.__getattribute__`` in a patch set's ``record`` (the shim's and the watch's up to 0.26; on 0.27+ the
-    watch's once a subclass defines a hook name itself): a read of ``names`` by the running loop, while the shim's
-    switch is ``while_on``, gets ``serve(spec, name, value)``; every other read gets what Python gives."""
+    shim's and the watch's once a subclass defines a hook name itself): a read of ``names`` by the running loop, while
+    the shim's switch is ``while_on``, gets ``serve(spec, name, value)``; any other read of them ``other(spec, name,
+    value)`` (given), or what Python gives, as every other read does."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
     hooked = frozenset(names)
 
@@ -306,7 +351,9 @@ def make_lookup(
             if not while_on or not by_loop():  # only the shim stands in for a missing value: the watch observes
                 raise
             return serve(self, name, _fallback(self, name))
-        return serve(self, name, value) if by_loop() else value
+        if by_loop():
+            return serve(self, name, value)
+        return value if other is None else other(self, name, value)
 
     return __getattribute__
 
@@ -368,3 +415,10 @@ def instrument(data_spec_cls: type, family: Family) -> None:
     for name in HOOKS[family]:
         served = functools.partial(HookName, name=name, serve=for_trainer, while_on=True)
         STATE.patches.patch(data_spec_cls, name, served)
+    classes: list[type] = data_spec_cls.__subclasses__()
+    while classes:  # one defined before enable() that keeps a name of its own
+        cls = classes.pop()
+        if _defined(cls):
+            _serve_own_names(data_spec_cls, family)
+            break
+        classes += cls.__subclasses__()

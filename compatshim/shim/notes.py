@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from compatshim.shim.registry import STATE
 
 __all__ = [
+    'COMPOSERS_HOOKS',
     'STAGE_ATTRIBUTE',
     'TRANSFORM_NAMES',
     'TapsInside',
@@ -37,6 +38,8 @@ DATA_SPEC_MODULE = 'composer.core.data_spec'
 _QUALNAMES = frozenset(f'DataSpec.{name}' for name in DEFAULTS)
 #: Where a DataSpec keeps its own ``data_transfer_stage`` (a plain string).
 STAGE_ATTRIBUTE = '_compatshim_stage'
+#: Where a DataSpec whose class defines a hook name of 0.27+ itself keeps what Composer's ``__init__`` assigned there.
+COMPOSERS_HOOKS = '_compatshim_composers'
 #: The module whose reads of a DataSpec's transforms are the trainer's own.
 TRAINER_MODULE = 'composer.trainer.trainer'
 

@@ -24,6 +24,7 @@ from workload import Probe, assert_coherent, assert_on_device, fit_probe, loader
 
 import compatshim
 from compatshim.config.support import Family
+from compatshim.observe.placement import Placement
 from compatshim.shim import data_spec
 from compatshim.testing import placement
 
@@ -309,16 +310,27 @@ def test_other_reads_are_pythons_own_on_0_27() -> None:
 
 
 @pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
-def test_a_subclass_that_defines_a_hook_name_is_told_the_shim_cannot_serve_it() -> None:
-    """Code written for 0.27+ that defines batch_transforms on its class: Python finds it before the shim's
-    descriptor, so the shim says so when such a DataSpec is built, once per class."""
+def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> None:
+    """Code written for 0.27+ whose class serves batch_transforms (a property) hides the shim's descriptor from the
+    trainer: the shim's lookup serves the trainer's read, so device_transforms runs on the device, and the class's value
+    is called as Composer would call it (on the host, before the move), said once naming the class."""
     from composer.core import DataSpec
 
-    class OwnHook(DataSpec):  # type: ignore[misc]
-        batch_transforms = None
+    class PropSpec(DataSpec):  # type: ignore[misc]
+        @property
+        def batch_transforms(self) -> Any:
+            return self._batch_transforms
 
-    with compatshim.enabled(), pytest.warns(compatshim.CompatShimWarning, match='OwnHook defines batch_transforms'):
-        OwnHook(loader(16), device_transforms=lambda batch: batch)
+        @batch_transforms.setter
+        def batch_transforms(self, value: Any) -> None:
+            self._batch_transforms = value
+
+    host, device = Probe(), Probe()
+    with compatshim.enabled(), pytest.warns(compatshim.CompatShimWarning, match='PropSpec keeps its own batch_tr'):
+        spec = PropSpec(loader(16), batch_transforms=host, device_transforms=device)
+        trainer(make_device(), train_dataloader=spec, max_duration='2ba')[0].fit()
+    assert [c.placement for c in host.calls] == [Placement.HOST] * 2
+    assert_on_device(device, 2, 'a subclass serving batch_transforms with a property')
 
 
 @pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the watch taps the hook names by descriptors')

@@ -188,8 +188,36 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
         warnings.simplefilter('always')
         _fit(Kept(loader(32), device_transforms=kept))
     assert_on_device(kept, 2 * per_step, 'a subclass keeping a callable under batch_transforms')
-    said = [str(w.message) for w in caught if 'assigns batch_transforms itself' in str(w.message)]
+    said = [str(w.message) for w in caught if 'keeps its own batch_transforms' in str(w.message)]
     assert len(said) == (FAMILY in (Family.DROPPED, Family.REJECTED)), said
+
+
+@pytest.mark.parametrize('leg', LEGS, indirect=True)
+def test_a_subclass_that_defines_the_names_0_27_took_on_its_class(leg: str, per_step: int) -> None:
+    """A subclass written for 0.24.1 that describes its pipeline under ``batch_transforms`` (a class attribute) and
+    ``microbatch_transforms(self)`` (a method): 0.27+'s ``__init__`` assigns both names on the instance, hiding the
+    class's own from its code (``TypeError: _default_transforms() missing 1 required positional argument``) and the
+    shim's descriptor from the trainer (nothing on the device). With the shim its code reads its own, the trainer runs
+    Composer's, and the transform runs on the device, without a word."""
+    import warnings
+
+    from composer.core import DataSpec
+
+    class Described(DataSpec):
+        batch_transforms = ['flip', 'crop']
+
+        def microbatch_transforms(self) -> str:
+            return 'no per-microbatch work'
+
+    probe = Probe()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        spec = Described(loader(32), device_transforms=probe)
+        assert spec.batch_transforms == ['flip', 'crop'] and spec.microbatch_transforms() == 'no per-microbatch work'
+        _fit(spec)
+    assert_on_device(probe, 2 * per_step, 'a subclass defining batch_transforms on its class')
+    assert spec.microbatch_transforms() == 'no per-microbatch work'
+    assert not [w for w in caught if 'compatshim' in str(w.message)], [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)

@@ -291,8 +291,11 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: schema said; a leg failing that the baseline lacked; stage batch vs microbatch said once where both make one call;
 #: a container torch's pytree does not open left to the tag. Raised for issue 58's profiler wrapping the move in the
 #: middle of a loop (+36): the move interposed on the Device's class, above what the instance holds (a data
-#: descriptor, its super() case), and what Composer's read of it gets in a step the shim moved.
-RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1683, 'compatshim': 8614}
+#: descriptor, its super() case), and what Composer's read of it gets in a step the shim moved. Then for the names
+#: 0.27 took, defined on a 0.24.1 subclass's class (+55, its construction warning gone): the shim's lookup for such
+#: classes (found at enable() too), Composer's values kept apart from the class's own, a value not callable with a
+#: batch never called.
+RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1740, 'compatshim': 8671}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
