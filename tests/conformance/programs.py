@@ -38,7 +38,8 @@ AXES: dict[str, tuple[str, ...]] = {
     ),
     # The DataSpec: Composer's, a subclass with a method, a property (its reads counted), its own default, its own
     # __getattribute__, one that never runs the base __init__, one delegating to an inner DataSpec through
-    # __getattr__; a shallow copy, a pickle round trip.
+    # __getattr__, one describing its pipeline under the names 0.27 took (on its class); a shallow copy, a pickle
+    # round trip.
     'spec': (
         'plain',
         'sub_method',
@@ -47,6 +48,7 @@ AXES: dict[str, tuple[str, ...]] = {
         'own_getattribute',
         'no_base_init',
         'delegating',
+        'own_names',
         'copy',
         'pickle',
     ),
