@@ -30,5 +30,5 @@ DIFFERENCES: dict[str, str] = {
     'microbatch': 'Stage `"microbatch"` (opted in): the transform runs once per microbatch, after its move, on the '
     'microbatch Composer split (a tuple for a list batch), so its calls, batch statistics and results are per '
     'microbatch (a transform failing at its Nth call fails sooner), and the whole batch is never on the device '
-    '(events before the move see it on the host).',
+    '(events before the move, and algorithms there, see it on the host, untransformed).',
 }

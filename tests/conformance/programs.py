@@ -2,8 +2,9 @@
 programs built from them.
 
 A program is one value on each axis (:data:`AXES`). :func:`all_pairs` builds a small set in which every pair of values
-of any two axes appears in some program (greedy, deterministic); :func:`from_seed` builds program N from seed N, for
-more programs on demand. :func:`script` writes a program as a stand-alone script, for a failing one.
+of any two axes appears in some program (greedy, deterministic); :func:`moving` adds every algorithm with every Device
+in a fit that runs to its end; :func:`from_seed` builds program N from seed N, for more programs on demand.
+:func:`script` writes a program as a stand-alone script, for a failing one.
 
 Imports nothing heavy.
 """
@@ -15,7 +16,7 @@ import json
 import random
 from typing import Any
 
-__all__ = ['AXES', 'RAISED', 'Program', 'all_pairs', 'from_seed', 'key', 'script']
+__all__ = ['AXES', 'RAISED', 'Program', 'all_pairs', 'from_seed', 'generated', 'key', 'moving', 'script']
 
 Program = dict[str, str]
 
@@ -67,6 +68,9 @@ AXES: dict[str, tuple[str, ...]] = {
     'events': ('none', 'record', 'move'),
     # An error raised later by the user's own code: the model, a callback (a NaN guard), the dataset.
     'later': ('none', 'model', 'callback', 'dataset'),
+    # A Composer algorithm that moves the batch, changes it at AFTER_DATALOADER (0.24.1: on the device), or mixes
+    # and smooths it before the forward and the loss.
+    'algorithm': ('none', 'selective_backprop', 'colout', 'cutout', 'mixup', 'label_smoothing', 'progressive_resizing'),
     # The trainer's Device as code written for 0.24.1 sets it up: Composer's own; a subclass whose batch_to_device
     # counts its moves, or normalises on the way (not idempotent); a wrapper on the instance's batch_to_device (a
     # transfer profiler) set before the Trainer, by a callback at FIT_START, or by one at the first batch's start
@@ -104,6 +108,23 @@ def all_pairs() -> list[Program]:
         programs.append(best[1])
         missing -= _pairs(best[1])
     return programs
+
+
+def moving() -> list[Program]:
+    """Every algorithm with every Device, in a fit that runs to its end (microbatches of 2, the plainest value on every
+    other axis): each pair of :func:`all_pairs` is in some program, but most of those stop early on another axis."""
+    plain = {axis: values[0] for axis, values in AXES.items()}
+    return [
+        {**plain, 'microbatch': 'int', 'algorithm': algorithm, 'device': device}
+        for algorithm in AXES['algorithm']
+        for device in AXES['device']
+    ]
+
+
+def generated() -> list[Program]:
+    """The suite's programs: :func:`all_pairs`, then :func:`moving`'s not among them."""
+    found = {key(p): p for p in [*all_pairs(), *moving()]}
+    return list(found.values())
 
 
 def from_seed(seed: int) -> Program:

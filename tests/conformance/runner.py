@@ -1,13 +1,14 @@
 """Runs one generated program (:mod:`programs`) on a real Composer Trainer and returns its *trace*: what 0.24.1's
 users could see.
 
-A program is a dict of axis values. The job is tiny and deterministic (16 samples, batches of 8, two batches per loop,
-the CPU fake accelerator, no random draw in any transform), so a trace is a plain JSON value that compares as text
-between 0.24.1 (unshimmed) and an affected release (with the shim):
+A program is a dict of axis values. The job is tiny and deterministic (16 one-channel 8x8 images, batches of 8, two
+batches per loop, the CPU fake accelerator, no random draw in any transform; an algorithm's draws seeded), so a trace is
+a plain JSON value that compares as text between 0.24.1 (unshimmed) and an affected release (with the shim):
 
 - ``calls``: per call of the user's transform, where its batch was, the batch's structure and size (and, where the
   program asks, whether ``state.batch`` was that batch);
-- ``forwards``: per forward, what the model saw: the structure, where each tensor was, a checksum;
+- ``forwards``: per forward, what the model saw: the structure, where each tensor was, the features' shape and
+  checksum;
 - ``events``: where ``state.batch`` was at the events a callback records;
 - ``reads``: what ``spec.device_transforms`` read after construction and after the run;
 - ``moves``: per call of the user's own ``batch_to_device`` (a Device subclass's, or a wrapper on the instance), what
@@ -52,7 +53,7 @@ class Samples(Dataset):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if i == self.bad:
             raise KeyError(f'sample {i} is missing')
-        return torch.arange(4, dtype=torch.float32) + i, torch.tensor(i % 2)
+        return (torch.arange(64, dtype=torch.float32) + i).reshape(1, 8, 8), torch.tensor(i % 2)
 
 
 def _leaves(batch: Any) -> list[Any]:
@@ -95,7 +96,7 @@ def core(batch: Any, scale: float = 2.0) -> Any:
         raise ValueError(RAISED)
     x, y = batch[0], batch[1]
     if effect == 'moves':  # a tensor of its own, moved with the trainer's device
-        x = x + LOG['state'].device.batch_to_device(torch.ones(4))
+        x = x + LOG['state'].device.batch_to_device(torch.ones(x.shape[-1]))
     if effect == 'inplace':
         x.mul_(scale).add_(k)
         return batch
@@ -294,7 +295,7 @@ def _read(spec: Any, fn: Any) -> str:
         return 'given'
     if value is None:
         return 'None'
-    probe = [torch.zeros(1, 4), torch.zeros(1)]
+    probe = [torch.zeros(1, 1, 8, 8), torch.zeros(1)]
     calls = len(LOG['calls'])
     try:
         same = value(probe) is probe
@@ -315,20 +316,21 @@ def model(p: dict[str, Any]) -> Any:
     class Model(ComposerModel):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
+            self.linear = torch.nn.Linear(1, 2)  # over the image's mean: any size an algorithm leaves
             self.metric = MeanMetric()
 
         def forward(self, batch: Any) -> torch.Tensor:
             x = _x(batch)
-            LOG['forwards'].append(
-                {'kind': _kind(batch), 'where': _places(batch), 'sum': round(float(x.detach().cpu().double().sum()), 3)}
-            )
+            sums = round(float(x.detach().cpu().double().sum()), 3)
+            LOG['forwards'].append({'kind': _kind(batch), 'where': _places(batch), 'shape': list(x.shape), 'sum': sums})
             if p['later'] == 'model' and len(LOG['forwards']) == 2:
                 raise ValueError('a bug in the model')
+            x = x.flatten(1).mean(1, keepdim=True)
             return self.linear(x.to(self.linear.weight.device) if x.device != self.linear.weight.device else x)
 
-        def loss(self, outputs: torch.Tensor, batch: Any) -> torch.Tensor:
-            return outputs.pow(2).mean()
+        def loss(self, outputs: torch.Tensor, batch: Any, reduction: str = 'mean') -> torch.Tensor:
+            per_sample = outputs.pow(2).mean(1)  # SelectiveBackprop asks per sample
+            return per_sample if reduction == 'none' else per_sample.mean()
 
         def get_metrics(self, is_train: bool = False) -> dict[str, Any]:
             return {} if is_train else {'MeanMetric': self.metric}
@@ -436,11 +438,28 @@ def device_of(p: dict[str, Any], auto: bool) -> Any:
     return base
 
 
+def algorithms(kind: str) -> list[Any]:
+    """The program's Composer algorithm (the ``algorithm`` axis), set to act at every step of the 2-batch fit."""
+    from composer import algorithms as a
+
+    made = {
+        'none': lambda: None,
+        'selective_backprop': lambda: a.SelectiveBackprop(start=0, end=1, keep=0.5, interrupt=0, scale_factor=1),
+        'colout': lambda: a.ColOut(p_row=0.25, p_col=0.25),
+        'cutout': lambda: a.CutOut(num_holes=1, length=0.5),
+        'mixup': lambda: a.MixUp(alpha=0.5),
+        'label_smoothing': lambda: a.LabelSmoothing(smoothing=0.1),
+        'progressive_resizing': lambda: a.ProgressiveResizing(initial_scale=0.5, finetune_fraction=0, delay_fraction=0),
+    }[kind]()
+    return [] if made is None else [made]
+
+
 def _loop(p: dict[str, Any], spec: Any, fn: Any) -> None:
     microbatch = {'none': None, 'int': 2, 'auto': 'auto'}[p['microbatch']]
     kwargs: dict[str, Any] = {'seed': 17, 'progress_bar': False, 'precision': 'fp32', 'log_to_console': False}
     if microbatch is not None:
         kwargs['device_train_microbatch_size'] = microbatch
+    kwargs['algorithms'] = algorithms(p['algorithm'])
     device = device_of(p, auto=microbatch == 'auto')
     loop, cls = p['loop'], trainer_class(p)
     cbs = callbacks(p, spec, fn)
