@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -293,6 +294,5 @@ def _composers_walk(device: Any) -> bool:
     if 'batch_to_device' in getattr(device, '__dict__', {}):
         return False
     move = getattr(type(device), 'batch_to_device', None)  # the function, through a loop frame's interposer too
-    return getattr(move, '__module__', None) == 'composer.devices.device' and (
-        getattr(move, '__qualname__', None) == 'Device.batch_to_device'
-    )
+    composers = getattr(sys.modules.get('composer.devices.device'), 'Device', None)
+    return composers is not None and move is vars(composers).get('batch_to_device')

@@ -151,11 +151,19 @@ class _Interposer:
 
     def __init__(self, owner: type) -> None:
         self.owner = owner
-        #: What the class's own lookup found (its own entry, or a base's): a function, or another non-data descriptor.
-        self.raw = next(vars(k)['batch_to_device'] for k in owner.__mro__ if 'batch_to_device' in vars(k))
+        #: The class's own entry (a function, or another non-data descriptor); ``None``: it inherits one, looked up
+        #: at every read (a base's may be patched meanwhile).
+        self.own = vars(owner).get('batch_to_device')
         self.__wrapped__ = self.raw
         self.users = 0
         self.swapped: Optional[patching.Swap] = None
+
+    @property
+    def raw(self) -> Any:
+        """What the class's own lookup finds beneath this descriptor."""
+        if self.own is not None:
+            return self.own
+        return next(vars(k)['batch_to_device'] for k in self.owner.__mro__[1:] if 'batch_to_device' in vars(k))
 
     def __get__(self, device: Any, owner: Optional[type] = None) -> Any:
         raw, cls = self.raw, type(device)

@@ -70,16 +70,21 @@ def test_an_algorithm_that_moves_the_batch_moves_it_once(leg: str) -> None:
 
 
 #: Predict moved each batch once on 0.25+ too: there the shim must only not add a move, and has no control to fail.
-PROFILED = [pytest.param(leg.values[0], loop, marks=leg.marks, id=f'{leg.id}-{loop}') for leg in LEGS for loop in
-            ('train', 'eval', 'predict') if (leg.id, loop) != ('control', 'predict')]  # fmt: skip
+PROFILED = [pytest.param(leg.values[0], loop, on, marks=leg.marks, id=f'{leg.id}-{loop}-{on}') for leg in LEGS for
+            loop in ('train', 'eval', 'predict') for on in ('instance', 'class')
+            if (leg.id, loop) != ('control', 'predict')]  # fmt: skip
 
 
-@pytest.mark.parametrize(('leg', 'loop'), PROFILED, indirect=['leg'])
-def test_a_profiler_wrapping_the_move_in_the_middle_of_a_loop_sees_one_move_per_batch(leg: str, loop: str) -> None:
-    """A transfer profiler that a callback sets on ``state.device.batch_to_device`` at the second batch's start (after
-    warm-up) of a loop over 3 batches of 2 microbatches: 0.24.1 had moved that batch before the event, so the wrapper
-    sees the third batch's move alone (before the fix, 5 calls in a fit: each microbatch was moved through it)."""
+@pytest.mark.parametrize(('leg', 'loop', 'on'), PROFILED, indirect=['leg'])
+def test_a_profiler_wrapping_the_move_in_the_middle_of_a_loop_sees_one_move_per_batch(
+    leg: str, loop: str, on: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transfer profiler that a callback sets on ``state.device.batch_to_device`` (or on Composer's ``Device``
+    class, as an APM agent does) at the second batch's start (after warm-up) of a loop over 3 batches of 2
+    microbatches: 0.24.1 had moved that batch before the event, so the wrapper sees the third batch's move alone
+    (before the fix, 5 calls in a fit on the instance: each microbatch was moved through it; 0 on the class)."""
     from composer.core import Callback, Event
+    from composer.devices import Device
 
     calls, starts = [0], [0]
 
@@ -89,6 +94,15 @@ def test_a_profiler_wrapping_the_move_in_the_middle_of_a_loop_sees_one_move_per_
                 return
             starts[0] += 1
             if starts[0] != 2:
+                return
+            if on == 'class':
+                inner_method, trainers = Device.batch_to_device, state.device
+
+                def counted(self: Any, batch: Any) -> Any:
+                    calls[0] += self is trainers  # not predict's own DeviceCPU moving the outputs back
+                    return inner_method(self, batch)
+
+                monkeypatch.setattr(Device, 'batch_to_device', counted)
                 return
             inner = state.device.batch_to_device
 
