@@ -140,6 +140,8 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         args, kwargs = _by_position(signature, args, kwargs)
         transform, without_args, without_kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
+        if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
+            _serve_own_names(record.owner, family)  # before Composer's __init__ assigns those names
         if family is Family.HOST:  # Composer sets self.device_transforms itself, as 0.24.1 did
             record.original(self, *args, **kwargs)
         else:
@@ -151,16 +153,15 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
             mine = vars(self)
             mine[notes.COMPOSERS_HOOKS] = {name: mine[name] for name in _defined(type(self)) if name in mine}
-            _serve_own_names(record.owner, family)
 
     return __init__
 
 
 def own_hook_names(cls: type, base: type, names: tuple[str, ...]) -> list[str]:
-    """The ``names`` a class between ``cls`` and ``base`` (``DataSpec``) defines itself (code written for 0.27+):
+    """The ``names`` a class of ``cls``'s MRO before ``base`` (``DataSpec``) defines itself, a mixin's included:
     Python finds them before a descriptor on ``base``."""
     definers = [next((k for k in cls.__mro__ if name in vars(k)), base) for name in names]
-    return [name for name, k in zip(names, definers) if k is not base and issubclass(k, base)]
+    return [name for name, k in zip(names, definers) if k is not base]
 
 
 #: The hook names of 0.27+ a DataSpec subclass defines itself (0.24.1 code may, for its own purposes), by class.
@@ -186,17 +187,46 @@ def _serve_own_names(data_spec_cls: type, family: Family) -> None:
                 make_lookup, names=HOOKS[family], serve=_for_the_trainer, while_on=True, other=_for_the_user
             )
             STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
+            STATE.patches.patch(data_spec_cls, '__setattr__', _make_setattr)
+
+
+def _by_composer() -> bool:
+    """Whether the assignment being made is Composer's (its ``DataSpec`` module's), past compatshim's own frames."""
+    frame: Optional[types.FrameType] = sys._getframe(2)
+    while frame is not None and frame.f_globals.get('__name__', '').startswith('compatshim.'):
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get('__name__') == notes.DATA_SPEC_MODULE
+
+
+def _make_setattr(original: Callable[[Any, str, Any], None], record: patching.Patch) -> Callable[..., None]:
+    """``DataSpec.__setattr__`` where a subclass defines a hook name of 0.27+ itself as a read-only property (which
+    0.24.1 never set): Composer's ``__init__``'s assignment of that name goes to the instance instead of failing."""
+    del original  # called as record.original
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if record.active and name in _defined(type(self)) and _by_composer():
+            held = next(vars(k)[name] for k in type(self).__mro__ if name in vars(k))
+            if isinstance(held, property) and held.fset is None:
+                notes.own(self)[name] = value
+                return
+        record.original(self, name, value)
+
+    return __setattr__
 
 
 def _composers(spec: Any, name: str, value: Any) -> bool:
-    """Whether ``value`` (the instance's own ``name``) is what Composer's ``__init__`` assigned."""
+    """Whether ``value`` (the instance's own ``name``) is what Composer's ``__init__`` assigned (for a DataSpec built
+    before ``enable()``: Composer's identity)."""
     kept = notes.own(spec).get(notes.COMPOSERS_HOOKS)
-    return kept is not None and name in kept and _same(kept[name], value)
+    if kept is None:
+        return not notes.holds(value)
+    return name in kept and _same(kept[name], value)
 
 
 def _for_the_trainer(spec: Any, name: str, value: Any) -> Any:
     if name not in _defined(type(spec)):
         return value  # served by the descriptor beneath
+    value = notes.own(spec).get(name, value)  # Composer's (or an assignment over it), past the class's property
     if not _composers(spec, name, value):  # the class's own, or one the user's code assigned
         _noting(spec).add(name)
     return for_trainer(spec, name, value)
@@ -282,7 +312,7 @@ def _takes_a_batch(value: Any) -> bool:
         inspect.signature(value).bind(None)
     except TypeError:
         return False
-    except ValueError:
+    except Exception:  # noqa: BLE001  (no signature Python can read; a proxy that raises on a look at it)
         pass
     return True
 
@@ -390,7 +420,7 @@ class HookName:
 
     def __set__(self, spec: Any, value: Any) -> None:
         notes.own(spec)[self.name] = value
-        if sys._getframe(1).f_globals.get('__name__') != notes.DATA_SPEC_MODULE:  # not Composer's own __init__
+        if not _by_composer():  # not Composer's own __init__
             _noting(spec).add(self.name)
 
     def __delete__(self, spec: Any) -> None:

@@ -181,9 +181,23 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
             super().__init__(*args, **kwargs)
             self.batch_transforms = lambda batch: batch  # a callable: the trainer calls it, as Composer would
 
-    probe, kept = Probe(), Probe()
+    class Lazy:  # a proxy whose every other attribute is fetched on demand (inspect's look at it raises)
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f'{name} not fetched')
+
+        def __call__(self, batch: Any) -> Any:
+            return batch
+
+    class Proxied(DataSpec):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.microbatch_transforms = Lazy()
+
+    probe, kept, proxied = Probe(), Probe(), Probe()
     _fit(Described(loader(32), device_transforms=probe))
     assert_on_device(probe, 2 * per_step, 'a subclass keeping its own list under batch_transforms')
+    _fit(Proxied(loader(32), device_transforms=proxied))
+    assert_on_device(proxied, 2 * per_step, 'a subclass keeping a proxy under microbatch_transforms')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         _fit(Kept(loader(32), device_transforms=kept))
@@ -195,29 +209,40 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_a_subclass_that_defines_the_names_0_27_took_on_its_class(leg: str, per_step: int) -> None:
     """A subclass written for 0.24.1 that describes its pipeline under ``batch_transforms`` (a class attribute) and
-    ``microbatch_transforms(self)`` (a method): 0.27+'s ``__init__`` assigns both names on the instance, hiding the
-    class's own from its code (``TypeError: _default_transforms() missing 1 required positional argument``) and the
-    shim's descriptor from the trainer (nothing on the device). With the shim its code reads its own, the trainer runs
-    Composer's, and the transform runs on the device, without a word."""
+    ``microbatch_transforms(self)`` (a method), on a mixin, or as a read-only property: 0.27+'s ``__init__`` assigns
+    both names on the instance, hiding the class's own from its code (``TypeError: _default_transforms() missing 1
+    required positional argument``) and the shim's descriptor from the trainer (nothing on the device), or fails on the
+    property. With the shim its code reads its own, the trainer runs Composer's, and the transform runs on the device,
+    without a word."""
     import warnings
 
     from composer.core import DataSpec
 
-    class Described(DataSpec):
+    class Names:  # a mixin, as often as the subclass itself
         batch_transforms = ['flip', 'crop']
 
         def microbatch_transforms(self) -> str:
             return 'no per-microbatch work'
 
-    probe = Probe()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        spec = Described(loader(32), device_transforms=probe)
-        assert spec.batch_transforms == ['flip', 'crop'] and spec.microbatch_transforms() == 'no per-microbatch work'
-        _fit(spec)
-    assert_on_device(probe, 2 * per_step, 'a subclass defining batch_transforms on its class')
-    assert spec.microbatch_transforms() == 'no per-microbatch work'
-    assert not [w for w in caught if 'compatshim' in str(w.message)], [str(w.message) for w in caught]
+    class Described(Names, DataSpec):
+        pass
+
+    class ReadOnly(DataSpec):  # a read-only property: 0.27+'s __init__ cannot set it (AttributeError)
+        @property
+        def batch_transforms(self) -> list[str]:
+            return ['flip', 'crop']
+
+    for cls in (Described, ReadOnly):
+        probe = Probe()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            spec = cls(loader(32), device_transforms=probe)
+            assert spec.batch_transforms == ['flip', 'crop']
+            _fit(spec)
+        assert_on_device(probe, 2 * per_step, f'a subclass defining batch_transforms on its class ({cls.__name__})')
+        assert spec.batch_transforms == ['flip', 'crop']
+        assert not [w for w in caught if 'compatshim' in str(w.message)], [str(w.message) for w in caught]
+    assert Described(loader(8)).microbatch_transforms() == 'no per-microbatch work'
 
 
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
