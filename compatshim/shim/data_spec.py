@@ -152,7 +152,8 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         _noting(self).add(BUILT)
         if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
             mine = vars(self)
-            mine[notes.COMPOSERS_HOOKS] = {name: mine[name] for name in _defined(type(self)) if name in mine}
+            kept = mine.setdefault(notes.COMPOSERS_HOOKS, {})
+            kept.update({name: mine[name] for name in _defined(type(self)) if name in mine and name not in kept})
 
     return __init__
 
@@ -198,18 +199,30 @@ def _by_composer() -> bool:
     return frame is not None and frame.f_globals.get('__name__') == notes.DATA_SPEC_MODULE
 
 
+def _set_by(spec: Any, name: str, value: Any) -> str:
+    """Whose assignment of a hook name of 0.27+ this is: ``'user'`` (noted), ``'composer'``, or ``'kept'`` where
+    Composer's ``__init__`` would replace a value the user's code set first (0.24.1 never did): kept apart instead."""
+    if not _by_composer():
+        _noting(spec).add(name)
+        return 'user'
+    mine = notes.own(spec)
+    if name in _noted(spec) and name in mine:
+        mine.setdefault(notes.COMPOSERS_HOOKS, {})[name] = value
+        return 'kept'
+    return 'composer'
+
+
 def _make_setattr(original: Callable[[Any, str, Any], None], record: patching.Patch) -> Callable[..., None]:
-    """``DataSpec.__setattr__`` where a subclass defines a hook name of 0.27+ itself as a read-only property (which
-    0.24.1 never set): Composer's ``__init__``'s assignment of that name goes to the instance instead of failing."""
+    """``DataSpec.__setattr__`` where a subclass defines a hook name of 0.27+ itself: Composer's ``__init__``'s
+    assignment of that name goes to the instance, past the class's own (a property, which 0.24.1 never set)."""
     del original  # called as record.original
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
-        if record.active and name in _defined(type(self)) and _by_composer():
-            held = next(vars(k)[name] for k in type(self).__mro__ if name in vars(k))
-            if isinstance(held, property) and held.fset is None:
-                notes.own(self)[name] = value
-                return
-        record.original(self, name, value)
+        by = _set_by(self, name, value) if record.active and name in _defined(type(self)) else 'user'
+        if by == 'composer':
+            notes.own(self)[name] = value
+        elif by == 'user':
+            record.original(self, name, value)
 
     return __setattr__
 
@@ -287,23 +300,25 @@ def _noting(spec: Any) -> set[str]:
 
 
 def _assigned(spec: Any, name: str, value: Any) -> Any:
-    """What the trainer's hook runs for a hook name of 0.27+ that code other than Composer's set on ``spec`` or its
-    class: code written for 0.24.1 used these names for its own purposes (0.24.1 never read them), so a value that is
-    not callable with a batch is no transform (``None``); another is called, as Composer would, and said once per class
-    and name."""
-    if not callable(value) or not _takes_a_batch(value):
-        return None
-    key = f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}'
-    if key not in STATE.warned:
-        STATE.warned.add(key)
-        warnings.warn(
-            f'compatshim: {type(spec).__qualname__} keeps its own {name}: the trainer calls it as its own {name} on '
-            f'Composer {installed("mosaicml")} (0.24.1 never read that name). If it is no transform of the batch, give '
-            'it another name.',
-            CompatShimWarning,
-            stacklevel=4,
-        )
-    return value
+    """What the trainer's hook runs for a hook name of 0.27+ whose value code other than Composer's set, on ``spec`` or
+    its class: code written for 0.24.1 used these names for its own purposes (0.24.1 never read them), so the value is
+    never called; what Composer's ``__init__`` assigned runs instead (kept apart), if anything. A value callable with a
+    batch could be meant for Composer: said once per class and name."""
+    kept = notes.own(spec).get(notes.COMPOSERS_HOOKS, {}).get(name)
+    if kept is not None and _same(kept, value):  # Composer's, read past what the class's code set (its property)
+        return value
+    if notes.holds(value) and callable(value) and _takes_a_batch(value):
+        key = f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}'
+        if key not in STATE.warned:
+            STATE.warned.add(key)
+            warnings.warn(
+                f'compatshim: {type(spec).__qualname__} keeps its own {name}: the trainer does not call it, as 0.24.1 '
+                f'never read that name (Composer {installed("mosaicml")} would). To have it called, pass it to the '
+                f'DataSpec as {name}=...',
+                CompatShimWarning,
+                stacklevel=4,
+            )
+    return kept
 
 
 def _takes_a_batch(value: Any) -> bool:
@@ -419,9 +434,8 @@ class HookName:
         return value
 
     def __set__(self, spec: Any, value: Any) -> None:
-        notes.own(spec)[self.name] = value
-        if not _by_composer():  # not Composer's own __init__
-            _noting(spec).add(self.name)
+        if _set_by(spec, self.name, value) != 'kept':
+            notes.own(spec)[self.name] = value
 
     def __delete__(self, spec: Any) -> None:
         try:

@@ -314,9 +314,9 @@ def test_other_reads_are_pythons_own_on_0_27() -> None:
 
 @pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
 def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> None:
-    """Code written for 0.27+ whose class serves batch_transforms (a property) hides the shim's descriptor from the
-    trainer: the shim's lookup serves the trainer's read, so device_transforms runs on the device, and the class's value
-    is called as Composer would call it (on the host, before the move), said once naming the class."""
+    """A class that serves batch_transforms itself (a property) hides the shim's descriptor from the trainer: the shim's
+    lookup serves the trainer's read, so device_transforms runs on the device, and Composer's value (the argument,
+    which Composer's __init__ assigned past the property, as 0.24.1 never set it) runs as Composer runs it."""
     from composer.core import DataSpec
 
     class PropSpec(DataSpec):  # type: ignore[misc]
@@ -329,7 +329,7 @@ def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> 
             self._batch_transforms = value
 
     host, device = Probe(), Probe()
-    with compatshim.enabled(), pytest.warns(compatshim.CompatShimWarning, match='PropSpec keeps its own batch_tr'):
+    with compatshim.enabled():
         spec = PropSpec(loader(16), batch_transforms=host, device_transforms=device)
         trainer(make_device(), train_dataloader=spec, max_duration='2ba')[0].fit()
     assert [c.placement for c in host.calls] == [Placement.HOST] * 2

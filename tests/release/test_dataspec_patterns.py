@@ -164,8 +164,9 @@ def test_the_monitor_never_changes_what_the_attribute_reads(shim: bool) -> None:
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step: int) -> None:
     """0.24.1 never read ``batch_transforms`` or ``microbatch_transforms``: a subclass written for it may keep its own
-    lists of host transforms there (0.27+ call them: ``TypeError``). With the shim it trains as on 0.24.1; a callable
-    kept under such a name is called, as Composer would, and said once, naming the class."""
+    lists of host transforms there (0.27+ call them: ``TypeError``), set after the base ``__init__`` or before it
+    (0.27+'s ``__init__`` replaces it). With the shim it trains as on 0.24.1: what the class keeps there is its own and
+    never called; a callable is said once (it could be meant for Composer), naming the class."""
     import warnings
 
     from composer.core import DataSpec
@@ -178,8 +179,9 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
 
     class Kept(DataSpec):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.batch_transforms = kept_own  # before the base __init__: a callable the class applies itself
             super().__init__(*args, **kwargs)
-            self.batch_transforms = lambda batch: batch  # a callable: the trainer calls it, as Composer would
+            assert self.batch_transforms is kept_own
 
     class Lazy:  # a proxy whose every other attribute is fetched on demand (inspect's look at it raises)
         def __getattr__(self, name: str) -> Any:
@@ -193,7 +195,7 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
             super().__init__(*args, **kwargs)
             self.microbatch_transforms = Lazy()
 
-    probe, kept, proxied = Probe(), Probe(), Probe()
+    probe, kept, proxied, kept_own = Probe(), Probe(), Probe(), Probe()
     _fit(Described(loader(32), device_transforms=probe))
     assert_on_device(probe, 2 * per_step, 'a subclass keeping its own list under batch_transforms')
     _fit(Proxied(loader(32), device_transforms=proxied))
@@ -202,6 +204,7 @@ def test_a_subclass_that_uses_the_names_0_27_took_for_its_own(leg: str, per_step
         warnings.simplefilter('always')
         _fit(Kept(loader(32), device_transforms=kept))
     assert_on_device(kept, 2 * per_step, 'a subclass keeping a callable under batch_transforms')
+    assert not kept_own.calls, 'the trainer called what the class keeps under batch_transforms (0.24.1 never did)'
     said = [str(w.message) for w in caught if 'keeps its own batch_transforms' in str(w.message)]
     assert len(said) == (FAMILY in (Family.DROPPED, Family.REJECTED)), said
 

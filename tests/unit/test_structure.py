@@ -296,8 +296,10 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: classes (found at enable() too), Composer's values kept apart from the class's own, a value not callable with a
 #: batch never called. Then a review's fixes: the interposer looking up an inherited move at each read (a base patched
 #: mid-fit, +8); a mixin's names, a read-only property Composer's __init__ cannot set (the shim's __setattr__ for such
-#: classes), a DataSpec built before enable(), a transform inspect cannot look at (+30).
-RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1778, 'compatshim': 8709}
+#: classes), a DataSpec built before enable(), a transform inspect cannot look at (+30). Then an outside trial's: a
+#: value set before the base __init__ kept (whose assignment each is, one helper for both setters), Composer's value
+#: run where the class's own is not (+14).
+RATCHET = {'compatshim/bench': 3703, 'compatshim/shim': 1792, 'compatshim': 8723}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
