@@ -154,6 +154,7 @@ class _Interposer:
         #: The class's own entry (a function, or another non-data descriptor); ``None``: it inherits one, looked up
         #: at every read (a base's may be patched meanwhile).
         self.own = vars(owner).get('batch_to_device')
+        self.bases = owner.__mro__[1:]
         self.__wrapped__ = self.raw
         self.users = 0
         self.swapped: Optional[patching.Swap] = None
@@ -161,20 +162,22 @@ class _Interposer:
     @property
     def raw(self) -> Any:
         """What the class's own lookup finds beneath this descriptor."""
-        if self.own is not None:
-            return self.own
-        return next(vars(k)['batch_to_device'] for k in self.owner.__mro__[1:] if 'batch_to_device' in vars(k))
+        found, bases = self.own, iter(self.bases)
+        while found is None:  # the nearest base's (one always has it: Composer's Device)
+            found = next(bases).__dict__.get('batch_to_device')
+        return found
 
     def __get__(self, device: Any, owner: Optional[type] = None) -> Any:
-        raw, cls = self.raw, type(device)
-        own = getattr(device, '__dict__', None) or {}
+        own, cls = getattr(device, '__dict__', None) or {}, type(device)
         # The instance's own, unless a subclass defines its own method and this read is its super()
         if 'batch_to_device' in own and (
             cls is self.owner or next(k for k in cls.__mro__ if 'batch_to_device' in vars(k)) is self.owner
         ):
             move = own['batch_to_device']
         else:
-            move = raw.__get__(device, owner) if hasattr(type(raw), '__get__') else raw
+            raw = self.raw
+            get = getattr(type(raw), '__get__', None)
+            move = raw if get is None else get(raw, device, owner)
         frame = current_frame()
         if frame is None or frame.device is not device or not (frame.passed or frame.armed is not None):
             return move
