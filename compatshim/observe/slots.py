@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from compatshim.config.support import Family, family_of, installed
 from compatshim.shim.notes import TRANSFORM_NAMES, holds, own, stage_of
+from compatshim.shim.patching import definer
 from compatshim.shim.registry import STATE
 
 __all__ = ['NOTE_ATTRIBUTE', 'Fate', 'Slot', 'note', 'noted', 'slots', 'tap', 'untap']
@@ -50,7 +51,7 @@ def note(spec: Any, given: frozenset[str]) -> None:
     if not hasattr(spec, '__dict__'):
         return
     held = own(spec)  # read without calling anything of the user's: a property's getter is not run
-    dropped = (name for name in given if name not in held and not any(name in vars(c) for c in type(spec).__mro__))
+    dropped = (name for name in given if name not in held and definer(type(spec), name) is None)
     held[NOTE_ATTRIBUTE] = frozenset(dropped)
 
 

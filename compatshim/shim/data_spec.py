@@ -140,7 +140,8 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         args, kwargs = _by_position(signature, args, kwargs)
         transform, without_args, without_kwargs = _take_device_transforms(signature, args, kwargs)
         _check_transform(transform)
-        if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
+        own_names = family is not Family.HOST and type(self) is not record.owner and _defined(type(self))
+        if own_names:
             _serve_own_names(record.owner, family)  # before Composer's __init__ assigns those names
         if family is Family.HOST:  # Composer sets self.device_transforms itself, as 0.24.1 did
             record.original(self, *args, **kwargs)
@@ -150,10 +151,10 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
         if stage is not None:
             vars(self)[notes.STAGE_ATTRIBUTE] = stage
         _noting(self).add(BUILT)
-        if family is not Family.HOST and type(self) is not record.owner and _defined(type(self)):
+        if own_names:
             mine = vars(self)
             kept = mine.setdefault(notes.COMPOSERS_HOOKS, {})
-            kept.update({name: mine[name] for name in _defined(type(self)) if name in mine and name not in kept})
+            kept.update({name: mine[name] for name in own_names if name in mine and name not in kept})
 
     return __init__
 
@@ -161,8 +162,7 @@ def _make_init(original: Callable[..., None], record: patching.Patch, family: Fa
 def own_hook_names(cls: type, base: type, names: tuple[str, ...]) -> list[str]:
     """The ``names`` a class of ``cls``'s MRO before ``base`` (``DataSpec``) defines itself, a mixin's included:
     Python finds them before a descriptor on ``base``."""
-    definers = [next((k for k in cls.__mro__ if name in vars(k)), base) for name in names]
-    return [name for name, k in zip(names, definers) if k is not base]
+    return [name for name in names if patching.definer(cls, name) not in (base, None)]
 
 
 #: The hook names of 0.27+ a DataSpec subclass defines itself (0.24.1 code may, for its own purposes), by class.
@@ -248,7 +248,7 @@ def _for_the_trainer(spec: Any, name: str, value: Any) -> Any:
 def _for_the_user(spec: Any, name: str, value: Any) -> Any:
     if name not in _defined(type(spec)) or not _composers(spec, name, value):
         return value
-    raw = next(vars(k)[name] for k in type(spec).__mro__ if name in vars(k))
+    raw = vars(patching.definer(type(spec), name))[name]
     return raw.__get__(spec, type(spec)) if hasattr(type(raw), '__get__') else raw
 
 

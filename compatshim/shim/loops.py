@@ -170,9 +170,7 @@ class _Interposer:
     def __get__(self, device: Any, owner: Optional[type] = None) -> Any:
         own, cls = getattr(device, '__dict__', None) or {}, type(device)
         # The instance's own, unless a subclass defines its own method and this read is its super()
-        if 'batch_to_device' in own and (
-            cls is self.owner or next(k for k in cls.__mro__ if 'batch_to_device' in vars(k)) is self.owner
-        ):
+        if 'batch_to_device' in own and (cls is self.owner or patching.definer(cls, 'batch_to_device') is self.owner):
             move = own['batch_to_device']
         else:
             raw = self.raw

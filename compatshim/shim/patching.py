@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 
 from compatshim.errors import CompatShimWarning
 
-__all__ = ['Patch', 'PatchSet', 'Swap', 'bound', 'describe', 'held', 'label', 'swap']
+__all__ = ['Patch', 'PatchSet', 'Swap', 'bound', 'definer', 'describe', 'held', 'label', 'swap']
 
 #: What an object's own ``__dict__`` held for an attribute it only inherited (or never had).
 _MISSING: Any = object()
@@ -79,6 +79,11 @@ def held(owner: Any, name: str) -> Any:
     if not isinstance(owner, type) and name in getattr(owner, '__dict__', ()):
         return vars(owner)[name]
     return getattr(owner, name)
+
+
+def definer(cls: type, name: str) -> Optional[type]:
+    """The first class of ``cls``'s MRO that holds ``name`` itself: where Python's lookup finds it (``None``: none)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
 
 
 def _set(owner: Any, name: str, value: Any) -> None:
