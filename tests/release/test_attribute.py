@@ -312,11 +312,8 @@ def test_other_reads_are_pythons_own_on_0_27() -> None:
             spec.microbatch_transforms  # noqa: B018
 
 
-@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
-def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> None:
-    """A class that serves batch_transforms itself (a property) hides the shim's descriptor from the trainer: the shim's
-    lookup serves the trainer's read, so device_transforms runs on the device, and Composer's value (the argument,
-    which Composer's __init__ assigned past the property, as 0.24.1 never set it) runs as Composer runs it."""
+def _serving_batch_transforms() -> type:
+    """A DataSpec subclass written for 0.27+ whose property serves batch_transforms (with a setter)."""
     from composer.core import DataSpec
 
     class PropSpec(DataSpec):  # type: ignore[misc]
@@ -328,6 +325,15 @@ def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> 
         def batch_transforms(self, value: Any) -> None:
             self._batch_transforms = value
 
+    return PropSpec
+
+
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
+def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> None:
+    """A class that serves batch_transforms itself (a property) hides the shim's descriptor from the trainer: the shim's
+    lookup serves the trainer's read, so device_transforms runs on the device, and Composer's value (the argument,
+    which Composer's __init__ assigned past the property, as 0.24.1 never set it) runs as Composer runs it."""
+    PropSpec = _serving_batch_transforms()
     host, device = Probe(), Probe()
     with compatshim.enabled():
         spec = PropSpec(loader(16), batch_transforms=host, device_transforms=device)
@@ -340,19 +346,9 @@ def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> 
 def test_the_monitor_sees_a_hook_name_a_subclass_serves_itself() -> None:
     """With the shim off, a subclass written for 0.27+ whose property serves batch_transforms hides the watch's
     descriptor: the watch adds its lookup when such a DataSpec is built, and the monitor still sees the calls."""
-    from composer.core import DataSpec
-
     from compatshim.monitor import TransformMonitor
 
-    class PropSpec(DataSpec):  # type: ignore[misc]
-        @property
-        def batch_transforms(self) -> Any:
-            return self._batch_transforms
-
-        @batch_transforms.setter
-        def batch_transforms(self, value: Any) -> None:
-            self._batch_transforms = value
-
+    PropSpec = _serving_batch_transforms()
     probe, monitor = Probe(), TransformMonitor()
     spec = PropSpec(loader(16), batch_transforms=probe)
     t, _ = trainer(make_device(), train_dataloader=spec, max_duration='2ba', callbacks=[monitor])
