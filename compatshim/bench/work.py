@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 if TYPE_CHECKING:
     import torch
 
-__all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'compiled', 'generators_kept', 'held_by', 'seed_all']
+__all__ = [
+    'COUNTING', 'Generators', 'Work', 'WorkCounter', 'amount', 'compiled', 'generators_kept', 'held_by', 'seed_all'
+]  # fmt: skip
 
 #: How work is counted: counts compare only with counts made alike. 3: every leg from one random state, seeded
 #: right before the counted steps (whatever an import drew before), the generators a transform holds put back, the
@@ -28,16 +30,28 @@ __all__ = ['COUNTING', 'Generators', 'Work', 'WorkCounter', 'compiled', 'generat
 COUNTING = 3
 
 
+def amount(value: float) -> str:
+    """A count, or a mean of counts over calls or steps: whole as a whole number (``393,508``), a mean that is not
+    whole to the decimal that makes it exact where one does (``280,198.5``), else to two: the one way a count is
+    shown."""
+    if float(value).is_integer():
+        return f'{value:,.0f}'
+    return f'{value:,.1f}' if float(value * 10).is_integer() else f'{value:,.2f}'
+
+
 @dataclasses.dataclass(frozen=True)
 class Work:
-    """What a transform did per call over the ``calls`` counted: torch ops, bytes written by dtype, FLOPs, and
-    ``outside``, the elements that left torch or came in by route (``Tensor.tolist``...; empty: fully counted)."""
+    """What a transform did per call over the ``calls`` counted: torch ops, bytes written by dtype, FLOPs,
+    ``outside``, the elements that left torch or came in by route (``Tensor.tolist``...; empty: fully counted), and
+    ``by_op``, each op's calls and bytes written (``aten.add.Tensor``; empty: a result counted before it was kept),
+    which tell how torch dispatched the same code on another release."""
 
     calls: int
     ops: float
     bytes_by_dtype: Mapping[str, float]
     flops: float
     outside: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    by_op: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def fully_counted(self) -> bool:
@@ -45,12 +59,23 @@ class Work:
 
     def outside_text(self) -> str:
         """``Tensor.numpy 30,720 elements per call`` (``''``: fully counted)."""
-        routes = ', '.join(f'{route} {n:,.0f}' for route, n in sorted(self.outside.items(), key=lambda i: -i[1]))
+        routes = ', '.join(f'{route} {amount(n)}' for route, n in sorted(self.outside.items(), key=lambda i: -i[1]))
         return f'{routes} elements per call' if routes else ''
 
     def counts(self) -> dict[str, float]:
         routes = {f'{route} elements': n for route, n in sorted(self.outside.items())}
         return {'ops': self.ops, 'bytes': self.bytes, 'flops': self.flops, **routes}
+
+    def writes(self) -> dict[str, tuple[float, float]]:
+        """The ops that wrote bytes, with their calls and bytes per call: what torch cannot dispatch otherwise without
+        changing the work (a view writes nothing, and torch 2.15 dispatches fewer of them for the same code)."""
+        return {op: (calls, written) for op, (calls, written) in self.by_op.items() if written}
+
+    def across_torch(self) -> dict[str, float]:
+        """The counts judged across torch releases (:meth:`writes`): bytes, FLOPs, the ops that write, the routes."""
+        counted = self.counts()
+        del counted['ops']
+        return {'ops that write': sum(calls for calls, _ in self.writes().values()), **counted}
 
     @property
     def bytes(self) -> float:
@@ -59,18 +84,26 @@ class Work:
     def to_json(self) -> dict[str, Any]:
         counted = {'calls': self.calls, 'ops': self.ops, 'bytes_by_dtype': dict(self.bytes_by_dtype)}
         counted['flops'] = self.flops
-        return {**counted, 'outside': dict(self.outside)} if self.outside else counted
+        counted = {**counted, 'outside': dict(self.outside)} if self.outside else counted
+        return {**counted, 'by_op': {op: list(n) for op, n in self.by_op.items()}} if self.by_op else counted
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Work:
         outside = {route: float(n) for route, n in dict(data.get('outside') or {}).items()}
-        return cls(int(data['calls']), float(data['ops']), dict(data['bytes_by_dtype']), float(data['flops']), outside)
+        by_op = {op: (float(calls), float(written)) for op, (calls, written) in dict(data.get('by_op') or {}).items()}
+        bytes_by_dtype, flops = dict(data['bytes_by_dtype']), float(data['flops'])
+        return cls(int(data['calls']), float(data['ops']), bytes_by_dtype, flops, outside, by_op)
 
     def text(self) -> str:
-        """``12 ops, 3,465,424 B (float32 3,145,728, uint8 319,696), 0 FLOPs per call``, and where the work left torch
-        (``; not fully counted: work left torch through Tensor.numpy 30,720 elements per call``)."""
-        dtypes = ', '.join(f'{dtype} {n:,.0f}' for dtype, n in sorted(self.bytes_by_dtype.items(), key=lambda i: -i[1]))
-        counted = f'{self.ops:,.4g} ops, {self.bytes:,.0f} B ({dtypes or "none"}), {self.flops:,.0f} FLOPs per call'
+        """``12 ops, 3,465,424 B (float32 3,145,728, uint8 319,696), 0 FLOPs per call``, each a mean over the calls
+        counted (``per call, the mean of 4``), and where the work left torch (``; not fully counted: work left torch
+        through Tensor.numpy 30,720 elements per call``)."""
+        dtypes = ', '.join(
+            f'{dtype} {amount(n)}' for dtype, n in sorted(self.bytes_by_dtype.items(), key=lambda i: -i[1])
+        )
+        per_call = 'per call' if self.calls == 1 else f'per call (the mean of {self.calls})'
+        counted = f'{amount(self.ops)} ops, {amount(self.bytes)} B ({dtypes or "none"}), {amount(self.flops)} FLOPs'
+        counted = f'{counted} {per_call}'
         return counted + (f'; not fully counted: work left torch through {self.outside_text()}' if self.outside else '')
 
 
@@ -266,11 +299,15 @@ def _dispatch_counter() -> type:
             super().__init__()  # type: ignore[no-untyped-call]
             self.ops = 0
             self.bytes: collections.Counter[str] = collections.Counter()
+            self.by_op: collections.Counter[str] = collections.Counter()
+            self.op_bytes: collections.Counter[str] = collections.Counter()
             self.crossings = crossings
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             self.ops += 1
+            op = str(func)
+            self.by_op[op] += 1
             if func is torch.ops.aten.lift_fresh.default and not self.crossings.depth and out.numel() > 1:
                 # a tensor made from outside data by no torch function the crossings saw: torch.from_numpy
                 self.crossings.elements['torch.from_numpy'] += out.numel()
@@ -280,7 +317,9 @@ def _dispatch_counter() -> type:
                 alias = returns[index].alias_info if index < len(returns) else None
                 written = alias.is_write if alias is not None else _storage(tensor) not in inputs
                 if written:
-                    self.bytes[str(tensor.dtype).removeprefix('torch.')] += tensor.numel() * tensor.element_size()
+                    size = tensor.numel() * tensor.element_size()
+                    self.bytes[str(tensor.dtype).removeprefix('torch.')] += size
+                    self.op_bytes[op] += size
             return out
 
     return Dispatches
@@ -335,6 +374,8 @@ class WorkCounter:
         self.flops = 0
         self.bytes: collections.Counter[str] = collections.Counter()
         self.outside: collections.Counter[str] = collections.Counter()
+        self.by_op: collections.Counter[str] = collections.Counter()
+        self.op_bytes: collections.Counter[str] = collections.Counter()
 
     def __call__(self, batch: Any) -> Any:
         if self.failed is None:
@@ -362,10 +403,13 @@ class WorkCounter:
         self.bytes.update(dispatches.bytes)
         self.flops += int(flops.get_total_flops())
         self.outside.update(crossings.elements)
+        self.by_op.update(dispatches.by_op)
+        self.op_bytes.update(dispatches.op_bytes)
 
     def work(self) -> Optional[Work]:
         if not self.calls:
             return None
         per_call = {dtype: n / self.calls for dtype, n in self.bytes.items() if n}
         outside = {route: n / self.calls for route, n in self.outside.items() if n}
-        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls, outside)
+        by_op = {op: (n / self.calls, self.op_bytes[op] / self.calls) for op, n in sorted(self.by_op.items())}
+        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls, outside, by_op)
