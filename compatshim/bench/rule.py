@@ -493,10 +493,10 @@ VERDICT_ROUNDS = 5
 #: odd round (x0.88, x1.18) decided the words otherwise.
 AS_FAST_WITHIN = RATIO.min_effect or 0.0
 VERDICT_RULE = (
-    "Each verdict reads the ratio of two legs' median step times (the table's figures) and the same ratio round by "
-    f'round, the lowest and the highest round left out: *as fast as* when all of these lie within '
-    f'{AS_FAST_WITHIN:.0%} of x1, *faster* or *slower* by the ratio of the medians when all lie beyond it on the same '
-    'side, and *cannot tell* otherwise.'
+    "Each verdict reads the ratio of two legs' step times round by round (both legs of a round meet the same machine) "
+    'and its factor is the median of those ratios, the lowest and the highest round left out of the range: *as fast '
+    f'as* when the range lies within {AS_FAST_WITHIN:.0%} of x1, *faster* or *slower* by the factor when it lies '
+    'beyond it on the same side, and *cannot tell* otherwise.'
 )
 
 
@@ -509,7 +509,8 @@ class Told(Word):
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """``factor``: how many times as fast the fast leg is (median step times), ``per_round`` sorted."""
+    """``factor``: how many times as fast the fast leg is (the median of the per-round ratios, ``per_round``, sorted):
+    always within the range it came from."""
 
     told: Told
     factor: float
@@ -524,7 +525,11 @@ class Comparison:
         (low, high), (lowest, highest) = self.middle, (self.per_round[0], self.per_round[-1])
         if slower:
             low, high, lowest, highest = 1 / high, 1 / low, 1 / highest, 1 / lowest
-        return f'per round x{low:.2f} to x{high:.2f}, leaving out the extreme rounds x{lowest:.2f} and x{highest:.2f}'
+        n = len(self.per_round)
+        return (
+            f'the median of {n} rounds, per round x{low:.2f} to x{high:.2f}, leaving out the extreme rounds '
+            f'x{lowest:.2f} and x{highest:.2f}'
+        )
 
 
 def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
@@ -532,9 +537,9 @@ def tell(result: PipelineResult, slow: str, fast: str) -> Optional[Comparison]:
     a, b = result.step_ms(slow), result.step_ms(fast)
     if not a or not b:
         return None
-    factor = statistics.median(a) / statistics.median(b)
-    compared = Comparison(Told.CANNOT_TELL, factor, tuple(sorted(x / y for x, y in zip(a, b))))
-    read, band = (factor, *compared.middle), 1 + AS_FAST_WITHIN
+    per_round = tuple(sorted(x / y for x, y in zip(a, b)))
+    compared = Comparison(Told.CANNOT_TELL, statistics.median(per_round), per_round)
+    read, band = compared.middle, 1 + AS_FAST_WITHIN
     if all(1 / band <= x <= band for x in read):
         return dataclasses.replace(compared, told=Told.AS_FAST)
     if all(x > band for x in read):
