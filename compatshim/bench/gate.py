@@ -11,11 +11,15 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from compatshim import _exits
-from compatshim.bench import results, rule
-from compatshim.bench.metrics import COMPARABLE_BY, METRICS
-from compatshim.bench.results import BenchResult, PathLike, Result, baseline_for, reference_store
+from compatshim.bench import metrics, results, rule
+from compatshim.bench.metrics import COMPARABLE_BY, LEGS, METRICS, PIPELINE_COMPARABLE_BY
+from compatshim.bench.results import BenchResult, Cause, PathLike, PipelineResult, Result, baseline_for, reference_store
+from compatshim.shim.registry import STATE
 
-__all__ = ['Judged', 'Judging', 'against_baselines', 'gate', 'judge_all', 'judge_env', 'record_baselines', 'refused']
+__all__ = [
+    'Judged', 'Judging', 'against_baselines', 'compare', 'gate', 'judge_all', 'judge_env', 'record_baselines',
+    'refused'
+]  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -136,3 +140,108 @@ def record_baselines(found: list[BenchResult], baselines: PathLike, replace: boo
         except (results.BaselineExistsError, ValueError) as exc:
             lines.append(f'not recorded: {exc}')
     return lines
+
+
+# --- The pipeline gate's compare: a user's run against the baseline they saved, across an upgrade too -------------
+
+#: Composer's own legs: what the release does with the transform, without the shim.
+COMPOSERS_LEGS = tuple(name for name, leg in LEGS.items() if leg.stage is None and leg.argument)
+
+
+def _does(r: PipelineResult, leg: str) -> str:
+    """What happened in ``leg`` on ``r``'s release: ``Composer 0.26.1: host (1 call/step)``, ``Composer 0.28.0: never
+    called (0 calls/step)``, or why it did not run."""
+    measured = r.legs.get(leg)
+    if measured is None or measured.missing is not None:
+        return f'Composer {r.composer}: {"no such leg" if measured is None else measured.reason}'
+    calls = measured.calls_per_step
+    return f'Composer {r.composer}: {measured.placement} ({calls:g} call{"" if calls == 1 else "s"}/step)'
+
+
+def _behaviour(r: PipelineResult, leg: str) -> tuple[Any, ...]:
+    measured = r.legs.get(leg)
+    if measured is None or measured.missing is not None:
+        return ('no such leg',) if measured is None else (measured.missing.cause,)  # type: ignore[union-attr]
+    return (measured.placement, measured.calls_per_step)
+
+
+def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
+    """``result`` judged against its baseline ``name``: the exit code and the lines that say it, in one pass.
+
+    What the gate judges is what the user runs: the shim's legs that ran before (gone now: their placement says so),
+    the ceiling, and Composer's own legs where they do what they did. Where the Composer release changed what one of
+    its own legs does (ran on the host -> never called -> rejected, or a leg that appeared), that is a fact of the
+    release, the same for every pipeline: said once, never judged. A leg that ran and fails now on the same release
+    is a regression; timings only from :data:`rule.VERDICT_ROUNDS` rounds.
+    """
+    ran, ran_before = ({n for n, m in r.legs.items() if m.available} for r in (result, baseline))
+    relied_on = {leg for leg in ran_before if leg in LEGS and LEGS[leg].stage}
+    released = result.composer != baseline.composer
+    by_release = [leg for leg in COMPOSERS_LEGS if released and _behaviour(result, leg) != _behaviour(baseline, leg)]
+    judged_legs = [leg for leg in result.legs if leg in (ran & ran_before) | relied_on and leg not in by_release]
+    timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
+    judged_metrics = [m for m in metrics.pipeline_metrics(judged_legs) if timed or m.kind is not rule.BESIDE]
+    judged = gate(result, baseline, judged_metrics, PIPELINE_COMPARABLE_BY)
+    if judged.unlike:
+        return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
+    what, unjudged = result.pipeline, set(by_release) | set(judged_legs)
+    fails = {leg for leg in result.legs if _behaviour(result, leg) == (Cause.FAILED,)}
+    gone = sorted(ran_before - ran - unjudged)
+    judged.judgements += [rule.Judgement(f'{leg}: runs', rule.Outcome.REGRESSION, f'ran in the baseline; now '
+                                         f'{_does(result, leg)}') for leg in gone if leg in fails]  # fmt: skip
+    lines = [f'RELEASE {what} {leg}: without the shim, {_does(baseline, leg)}; {_does(result, leg)} '
+             '(what the release does, the same for every pipeline: reported, not judged)'
+             for leg in by_release]  # fmt: skip
+    lines += [f'NEW {what} {leg}: runs now; in the baseline, {_does(baseline, leg)} (reported, not judged)'
+              for leg in sorted(ran - ran_before - unjudged)]  # fmt: skip
+    lines += [f'GONE {what} {leg}: ran in the baseline; now, {_does(result, leg)} (reported, not judged)'
+              for leg in gone if leg not in fails]  # fmt: skip
+    never = [leg for leg in result.legs if leg not in ran | ran_before | set(by_release)]
+    lines += [f'FAILS {what} {leg}: now, {_does(result, leg)}; in the baseline, {_does(baseline, leg)} (reported, not '
+              'judged)' for leg in never if leg in fails]  # fmt: skip
+    lines += judged.lines(what)
+    work = {j.metric.split(':')[0]: j.outcome for j in judged.judgements if j.metric.endswith('work per call')}
+    if set(work.values()) - {rule.Outcome.OK} and 'work rule' not in STATE.warned:  # once a process (a fixture's
+        STATE.warned.add('work rule')  # session compares many times)
+        lines.append(f'work: {rule.WORK_RULE}')
+    lines += timing_sight(result, baseline, work, judged.judgements) if timed else []
+    outcomes = [j.outcome for j in judged.judgements]
+    worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
+    said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
+    said += [f'{unsure} inconclusive, which decide{"s" if unsure == 1 else ""} nothing'] if unsure else []
+    upgrade = [f'{r} {getattr(baseline, r)} -> {getattr(result, r)}' for r in ('composer', 'torch')
+               if getattr(baseline, r) != getattr(result, r)]  # fmt: skip
+    over = [f'{baseline.measured_at}, Composer {baseline.composer}']
+    over += [f'upgraded: {", ".join(upgrade)}'] if upgrade else []
+    over += [f'legs judged: {", ".join(judged_legs)}']
+    over += [f'not measured in either run: {", ".join(never)}'] if never else []
+    over += [] if timed else [f'timings not gated: fewer than {rule.VERDICT_ROUNDS} rounds']
+    lines.append(f'compared with {name!r} ({"; ".join(over)}): {"; ".join(said)}')
+    return judged.code, lines
+
+
+def timing_sight(
+    result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome], judged: list[rule.Judgement]
+) -> list[str]:
+    """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
+    share of a step sets that; ``judged``: whether it could here); what the counts see of it (``work``: by leg)."""
+    name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
+    now, before = result.legs.get(name), baseline.legs.get(name)
+    if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
+        return []
+    per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
+    step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
+    slower = 1 + step_change / now.transform_share
+    unjudged = any(j.metric == f'{name}/ceiling' and j.reason.startswith('not judged') for j in judged)
+    sight = f'the timing gate sees it from about {slower:.1f}x slower' + (' (not in this run)' if unjudged else '')
+    if now.work is None or work.get(name) in (None, rule.Outcome.INCONCLUSIVE):
+        counted = f'{sight}, and only the timing gate: its work was not judged here'
+    elif now.work.outside:
+        outside = now.work.outside_text()
+        counted = f'its work in torch is counted exactly; outside torch (through {outside}) only {sight}'
+    else:
+        counted = f'{sight}; the work counts see any growth'
+    return [
+        f'{name}: the transform {per_call[0]:.3g} ms per call, {per_call[1]:.3g} ms in the baseline '
+        f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: {counted}'
+    ]

@@ -14,16 +14,15 @@ from typing import Any, Callable, Optional, TextIO
 from compatshim import _exits
 from compatshim.bench import engine, gate, metrics, report, results, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
-from compatshim.bench.results import PIPELINE_DIR, Cause, PipelineResult, Store, UnreadableResult, comparable, known
+from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
 from compatshim.bench.rule import verdicts
 from compatshim.bench.work import generators_kept, held_by
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
 from compatshim.shim.notes import transform_name
-from compatshim.shim.registry import STATE
 
 __all__ = [
-    'Baselines', 'Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'bench_pipeline', 'compare', 'gate_pipeline',
+    'Baselines', 'Gated', 'Pipeline', 'PipelineError', 'as_pipeline', 'bench_pipeline', 'gate_pipeline',
     'load', 'pipeline_text', 'verdicts'
 ]  # fmt: skip
 
@@ -187,82 +186,6 @@ def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str
     return report.bench_text(result, head, ['  verdicts:', *(f'    {verdict}' for verdict in result.verdicts)])
 
 
-def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tuple[int, list[str]]:
-    """``result`` judged against its baseline ``name``: the exit code and the lines that say it. A leg new, or gone
-    with its release, is reported, not judged; one that ran then and fails now is a regression; the shim's legs that
-    ran before are always judged (gone now: their placement says so); timings only from :data:`rule.VERDICT_ROUNDS`
-    rounds."""
-    ran, ran_before = (({n for n, measured in r.legs.items() if measured.available}) for r in (result, baseline))
-    relied_on = {name for name in ran_before if name in metrics.LEGS and metrics.LEGS[name].stage}
-    judged_legs = [leg for leg in result.legs if leg in (ran & ran_before) | relied_on]
-    timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
-    judged_metrics = [m for m in metrics.pipeline_metrics(judged_legs) if timed or m.kind is not rule.BESIDE]
-    judged = gate.gate(result, baseline, judged_metrics, metrics.PIPELINE_COMPARABLE_BY)
-    if judged.unlike:
-        return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
-    then, what, gone = baseline.composer, result.pipeline, sorted(ran_before - ran - relied_on)
-
-    def why(r: PipelineResult, name: str) -> str:
-        return f'Composer {r.composer}: ' + (r.legs[name].reason if name in r.legs else 'no such leg')
-
-    def fails(name: str) -> bool:
-        missing = result.legs[name].missing if name in result.legs else None
-        return missing is not None and missing.cause is Cause.FAILED
-
-    judged.judgements += [rule.Judgement(f'{leg}: runs', rule.Outcome.REGRESSION, f'ran in the baseline; now '
-                                         f'{why(result, leg)}') for leg in gone if fails(leg)]  # fmt: skip
-    lines = [f'NEW {what} {name}: runs now; in the baseline, {why(baseline, name)} (reported, not judged)'
-             for name in sorted(ran - ran_before - relied_on)]  # fmt: skip
-    lines += [f'GONE {what} {name}: ran in the baseline; now, {why(result, name)} (reported, not judged)'
-              for name in gone if not fails(name)]  # fmt: skip
-    never = [leg for leg in result.legs if leg not in ran | ran_before]
-    lines += [f'FAILS {what} {leg}: now, {why(result, leg)}; in the baseline, {why(baseline, leg)} (reported, not '
-              'judged)' for leg in never if fails(leg)]  # fmt: skip
-    lines += judged.lines(what)
-    work = {j.metric.split(':')[0]: j.outcome for j in judged.judgements if j.metric.endswith('work per call')}
-    if set(work.values()) - {rule.Outcome.OK} and 'work rule' not in STATE.warned:  # once a process (a fixture's
-        STATE.warned.add('work rule')  # session compares many times)
-        lines.append(f'work: {rule.WORK_RULE}')
-    lines += timing_sight(result, baseline, work, judged.judgements) if timed else []
-    outcomes = [j.outcome for j in judged.judgements]
-    worse, unsure = outcomes.count(rule.Outcome.REGRESSION), outcomes.count(rule.Outcome.INCONCLUSIVE)
-    said = [f'{worse} worsened' if worse else 'no regression among what was judged' if unsure else 'nothing worsened']
-    said += [f'{unsure} inconclusive, which decide{"s" if unsure == 1 else ""} nothing'] if unsure else []
-    over = [f'{baseline.measured_at}, Composer {then}', f'legs judged: {", ".join(judged_legs)}']
-    over += [f'not measured in either run: {", ".join(never)}'] if never else []
-    over += [] if timed else [f'timings not gated: fewer than {rule.VERDICT_ROUNDS} rounds']
-    lines.append(f'compared with {name!r} ({"; ".join(over)}): {"; ".join(said)}')
-    return judged.code, lines
-
-
-def timing_sight(
-    result: PipelineResult, baseline: PipelineResult, work: dict[str, rule.Outcome], judged: list[rule.Judgement]
-) -> list[str]:
-    """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
-    share of a step sets that; ``judged``: whether it could here); what the counts see of it (``work``: by leg)."""
-    name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
-    now, before = result.legs.get(name), baseline.legs.get(name)
-    if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
-        return []
-    per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
-    step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
-    slower = 1 + step_change / now.transform_share
-    alike = (result.torch, result.composer) == (baseline.torch, baseline.composer)
-    unjudged = any(j.metric == f'{name}/ceiling' and j.reason.startswith('not judged') for j in judged)
-    sight = f'the timing gate sees it from about {slower:.1f}x slower' + (' (not in this run)' if unjudged else '')
-    if now.work is None or not alike or work.get(name) in (None, rule.Outcome.INCONCLUSIVE):
-        counted = f'{sight}, and only the timing gate: its work was not judged here'
-    elif now.work.outside:
-        outside = now.work.outside_text()
-        counted = f'its work in torch is counted exactly; outside torch (through {outside}) only {sight}'
-    else:
-        counted = f'{sight}; the work counts see any growth'
-    return [
-        f'{name}: the transform {per_call[0]:.3g} ms per call, {per_call[1]:.3g} ms in the baseline '
-        f'({per_call[0] / per_call[1] - 1:+.0%}); it is {now.transform_share:.0%} of a step: {counted}'
-    ]
-
-
 def unsteady_pairs(result: PipelineResult) -> list[str]:
     """What a saved baseline's unsteady pairs mean for the compares against it (none: every pair held)."""
     gated = [m for m in metrics.pipeline_metrics(result.legs) if m.kind is rule.BESIDE]
@@ -355,7 +278,7 @@ def gate_pipeline(
     lines: list[str] = []
     code = _exits.OK
     if baseline is not None and baselines.compare is not None:
-        code, lines = compare(result, baseline, baselines.compare)
+        code, lines = gate.compare(result, baseline, baselines.compare)
     if baselines.save and code == _exits.OK:
         lines.append(f'saved {store.save(result, baselines.save, replace=True).as_posix()}')
         lines += unsteady_pairs(result)

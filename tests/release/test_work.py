@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import make_device
 
+from compatshim.bench import gate
 from compatshim.bench.work import Work, WorkCounter
 
 pytestmark = pytest.mark.forward
@@ -368,10 +369,9 @@ def _results(base: Any, now: Any) -> list[Any]:
 
 
 def _gated(base: Any, now: Any) -> tuple[int, list[str]]:
-    """``pipeline.compare`` of :func:`_results`: the exit code and the lines."""
-    from compatshim.bench import pipeline
+    """``gate.compare`` of :func:`_results`: the exit code and the lines."""
 
-    return pipeline.compare(*_results(base, now), 'base')
+    return gate.compare(*_results(base, now), 'base')
 
 
 @pytest.mark.parametrize('kind', [random_crop, torchvision_v2, numpy_mask], ids=lambda kind: kind.__name__)
@@ -432,7 +432,7 @@ def test_a_baseline_counted_another_way_is_refused_in_one_line_before_and_after_
 
     now, before = _results(random_crop(), random_crop(times=2))
     del before.fingerprint['work_counting']
-    code, lines = pipeline.compare(now, before, 'base')
+    code, lines = gate.compare(now, before, 'base')
     said = "NOT COMPARABLE with 'base': work counted by method 1 in the baseline, 3 now; save a new baseline with"
     assert code == 2 and len(lines) == 1 and lines[0].startswith(said), lines
     size, batch = pipeline.size_of('quick'), torch.zeros(10, 3, 32, 32, dtype=torch.uint8)
@@ -450,14 +450,13 @@ def test_a_leg_that_could_not_run_is_a_line_of_the_verdict() -> None:
     """Issue 59: a compiled transform the fake accelerator could not run left three legs ``n/a``, and every compare
     said "nothing worsened" over legs that never ran. A leg the baseline measured that fails now is a regression; one
     neither run measured is named in the last line; a shim leg gone is judged by its placement, as before."""
-    from compatshim.bench import pipeline
     from compatshim.bench.results import Cause, Missing
 
     now, before = _results(random_crop(), random_crop())
     now.legs['native-batch'].missing = Missing(Cause.FAILED, 'RuntimeError: cannot trace')
     for result in (now, before):
         result.legs['native-microbatch'].missing = Missing(Cause.FAILED, 'RuntimeError: cannot trace')
-    code, lines = pipeline.compare(now, before, 'base')
+    code, lines = gate.compare(now, before, 'base')
     assert code == 1, lines
     assert 'REGRESSION uint8_pipeline:pipeline native-batch: runs: ran in the baseline; now Composer 0.32.1: ' \
         'RuntimeError: cannot trace' in lines, lines  # fmt: skip
@@ -465,7 +464,7 @@ def test_a_leg_that_could_not_run_is_a_line_of_the_verdict() -> None:
     assert lines[-1].endswith('1 worsened') and 'legs judged: shim-batch, shim-microbatch, ceiling' in lines[-1]
     assert any(line.startswith('FAILS uint8_pipeline:pipeline native-microbatch: now, Composer') for line in lines)
     now.legs['native-batch'].missing, now.legs['shim-batch'].missing = None, Missing(Cause.FAILED, 'RuntimeError: x')
-    code, lines = pipeline.compare(now, before, 'base')
+    code, lines = gate.compare(now, before, 'base')
     assert code == 1 and any(line.startswith('REGRESSION uint8_pipeline:pipeline shim-batch: placement') for line in
                              lines), lines  # fmt: skip
 
@@ -475,24 +474,23 @@ def test_no_timing_is_improved_where_the_work_changed_and_few_rounds_gate_no_tim
     unpatched/ceiling +77%: the baseline is stale``; ``--quick`` printed timing verdicts it never gates. A ratio whose
     counts changed is inconclusive, never improved, nor regressed where no count rose (less work speeds the ceiling
     up more); below 5 rounds no timing is judged or said."""
-    from compatshim.bench import pipeline
 
     now, before = _results(random_crop(), random_crop(times=2))
     leg = now.legs['native-batch']
     leg.round_s = [s / 2 for s in leg.round_s]  # twice as fast against the same ceiling windows
-    code, lines = pipeline.compare(now, before, 'base')
+    code, lines = gate.compare(now, before, 'base')
     assert code == 1 and not any(line.startswith('IMPROVED') for line in lines), lines
     ratio = next(line for line in lines if 'native-batch/ceiling' in line)
     assert ratio.startswith('INCONCLUSIVE') and 'not like for like' in ratio, ratio
     now, before = _results(random_crop(times=2), random_crop())  # half the work: counts fall, none rises
     now.legs['native-batch'].round_s = [s * 2 for s in now.legs['native-batch'].round_s]
-    ratio = next(line for line in pipeline.compare(now, before, 'base')[1] if 'native-batch/ceiling' in line)
+    ratio = next(line for line in gate.compare(now, before, 'base')[1] if 'native-batch/ceiling' in line)
     assert ratio.startswith('INCONCLUSIVE') and 'not like for like' in ratio, ratio  # the ceiling sped up more
     now, before = _results(random_crop(), random_crop())
     now.legs['shim-batch'].round_s = [s * 3 for s in now.legs['shim-batch'].round_s]
-    assert any('shim-batch/ceiling' in line for line in pipeline.compare(now, before, 'base')[1])
+    assert any('shim-batch/ceiling' in line for line in gate.compare(now, before, 'base')[1])
     for result in (now, before):
         result.fingerprint['size']['rounds'] = 3
-    code, lines = pipeline.compare(now, before, 'base')
+    code, lines = gate.compare(now, before, 'base')
     assert code == 0 and not any('/ceiling' in line or 'timing gate' in line for line in lines), lines
     assert 'timings not gated: fewer than 5 rounds' in lines[-1], lines

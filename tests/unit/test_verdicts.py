@@ -157,7 +157,7 @@ def test_every_run_made_of_two_runs_rounds_gives_the_same_words() -> None:
         assert tuple(_words(_runs_of(recorded, list(rounds)))) == said, rounds
 
 
-ON = 'torch 2.7.0, Composer 0.32.1'
+ON = '2.7.0'  # the torch release a count was made on
 
 
 def _work(ops: float, nbytes: float, tolist: float = 0, numpy: float = 0, masks: float = 0) -> Any:
@@ -214,8 +214,8 @@ def test_one_count_down_while_another_rises_is_inconclusive_never_improved() -> 
     assert _judged(numpy_masks, _work(10, 900)).outcome is rule.Outcome.INCONCLUSIVE  # its numpy share unseen
     assert _judged(numpy_masks, _work(10, 1000, masks=32)).outcome == 'inconclusive'
     assert _judged(torch_masks, _work(11, 900)).outcome is rule.Outcome.IMPROVED  # fully counted on both sides
-    upgrade = _judged(torch_masks, _work(13, 1000), on='torch 2.8.0, Composer 0.32.1')
-    assert upgrade.outcome is rule.Outcome.INCONCLUSIVE and 'another release' in upgrade.reason, upgrade
+    upgrade = _judged(torch_masks, _work(13, 1000), on='2.8.0')  # counts that do not say which ops torch ran
+    assert upgrade.outcome is rule.Outcome.INCONCLUSIVE and 'which ops torch ran' in upgrade.reason, upgrade
     assert 'fewer while another is more' in rule.WORK_RULE and 'Tensor.tolist' in rule.WORK_RULE
     result = PipelineResult.from_json(
         json.loads(next((Path(__file__).parents[1] / 'data' / 'pipeline').glob('*.json')).read_text())
