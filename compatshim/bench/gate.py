@@ -181,7 +181,10 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     judged_legs = [leg for leg in result.legs if leg in (ran & ran_before) | relied_on and leg not in by_release]
     timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
     judged_metrics = [m for m in metrics.pipeline_metrics(judged_legs) if timed or m.kind is not rule.BESIDE]
-    judged = gate(result, baseline, judged_metrics, PIPELINE_COMPARABLE_BY)
+    unlike = rule.unlike_baseline(result, baseline, PIPELINE_COMPARABLE_BY)
+    judged = Judged(
+        result, baseline, None, rule.judge(result, baseline, judged_metrics, PIPELINE_COMPARABLE_BY), unlike
+    )
     if judged.unlike:
         return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
     what, unjudged = result.pipeline, set(by_release) | set(judged_legs)

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, TextIO
 
 from compatshim import _exits
-from compatshim.bench import engine, gate, metrics, report, results, rule
+from compatshim.bench import engine, gate, metrics, report, rule
 from compatshim.bench.engine import CHECK_STEPS, SIZES, Pipeline, Schedule, Size, Source, first_line
-from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, comparable, known
-from compatshim.bench.rule import verdicts
+from compatshim.bench.results import PIPELINE_DIR, PipelineResult, Store, UnreadableResult, known
+from compatshim.bench.rule import comparable, counted_apart, unsteady, verdicts
 from compatshim.bench.work import generators_kept, held_by
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
@@ -170,7 +170,7 @@ def refuse_unlike(
         raise _raised(name, exc) from None
     planned = {**engine.workload_keys(device, size), **_keys(name, _samples(name, pipeline, batch), pipeline)}
     unlike = comparable(planned, baseline.fingerprint, metrics.PIPELINE_COMPARABLE_BY)
-    unlike = unlike or results.counted_apart(planned['work_counting'], baseline.work_counting)
+    unlike = unlike or counted_apart(planned['work_counting'], baseline.work_counting)
     if unlike:
         raise PipelineError(
             f'the baseline {baseline_name!r} is not comparable: {unlike}; save a new one with --save {baseline_name}'
@@ -189,7 +189,7 @@ def pipeline_text(result: PipelineResult, wall_s: Optional[float] = None) -> str
 def unsteady_pairs(result: PipelineResult) -> list[str]:
     """What a saved baseline's unsteady pairs mean for the compares against it (none: every pair held)."""
     gated = [m for m in metrics.pipeline_metrics(result.legs) if m.kind is rule.BESIDE]
-    shaky = [f'{m.id}: its ratio {why}' for m in gated for why in [results.unsteady(m.read(result))] if why]
+    shaky = [f'{m.id}: its ratio {why}' for m in gated for why in [unsteady(m.read(result))] if why]
     if not shaky or result.fingerprint['size']['rounds'] < rule.VERDICT_ROUNDS:
         return []
     return [

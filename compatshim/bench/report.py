@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from compatshim.bench import results, rule
+from compatshim.bench import rule
 from compatshim.bench.gate import Judged
 from compatshim.bench.metrics import COSTS, DETECTION_COSTS, GROWTH, METRICS, REFERENCE_LEGS, SAMPLES, Gate, Metric
-from compatshim.bench.results import SCHEMA, BenchResult, Cause, LegResult, PathLike, Result, quartiles, spread
+from compatshim.bench.results import SCHEMA, BenchResult, Cause, LegResult, PathLike, Result
+from compatshim.bench.rule import quartiles, spread
 from compatshim.config.support import split_env
 from compatshim.devices.accelerator import accelerator
 from compatshim.observe.placement import Placement
@@ -59,7 +60,7 @@ def legs_table(result: Result) -> list[str]:
         wait = f'{measured.wait_ms:.2f} ms ({measured.wait_share:.0%})' if waited else '—'
         dtypes = ', '.join(f'{d} {n:,}' for d, n in measured.h2d_bytes_by_dtype.items()) or 'none'
         calls = '—' if measured.placement is Placement.NO_TRANSFORM else f'{measured.calls_per_step:g}'
-        unstable = ' (unstable)' if results.unsteady(result.step_ms(name)) else ''
+        unstable = ' (unstable)' if rule.unsteady(result.step_ms(name)) else ''
         lines.append(
             f'  {name:19}{spread(result.step_ms(name), ".2f"):>16}{speed:>16}  {measured.placement!s:14}{calls:>11}  '
             f'{share:>15}  {wait:>18}  {measured.h2d_bytes_per_step:,} ({dtypes}){unstable}'

@@ -10,7 +10,6 @@ import datetime
 import json
 import os
 import re
-import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
@@ -21,40 +20,14 @@ from compatshim.observe.placement import Placement, Word
 
 __all__ = [
     'SCHEMA', 'BenchResult', 'Cause', 'LegResult', 'Missing', 'PipelineResult', 'Result', 'Store', 'gather', 'read',
-    'reference_store', 'spread'
+    'reference_store'
 ]  # fmt: skip
 
 #: The result format; another schema is refused, naming it. 5: one record for both benches, one leg vocabulary.
 SCHEMA = 5
-#: Per-round samples whose interquartile range is over this share of their median are unsteady (:func:`unsteady`).
-UNSTABLE = 0.25
 #: The placement schema 5 stores for a leg that was never built (not on this release, or rejected).
 UNAVAILABLE = 'unavailable'
 PathLike = Union[str, 'os.PathLike[str]']
-
-
-def quartiles(samples: list[float]) -> tuple[float, float, float]:
-    """Lower quartile, median and upper quartile of a non-empty sample (inclusive method)."""
-    if len(samples) == 1:
-        return samples[0], samples[0], samples[0]
-    q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
-    return q1, statistics.median(samples), q3
-
-
-def spread(samples: list[float], fmt: str = '.3f') -> str:
-    """Samples as their median ± interquartile range (``—``: none): the one way a spread is shown."""
-    if not samples:
-        return '—'
-    q1, median, q3 = quartiles(samples)
-    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
-
-
-def unsteady(samples: list[float]) -> str:
-    """How per-round samples spread where past :data:`UNSTABLE` of their median (``''``: not, or under two): a pair's
-    ratios (both legs of a round meet the same machine; one leg's rounds may scatter and its pairs hold), a leg's."""
-    q1, median, q3 = quartiles(samples) if len(samples) > 1 else (0.0, 1.0, 0.0)
-    width = (q3 - q1) / median if median > 0 else 0.0  # a clock too coarse for the window: nothing to judge by
-    return f'spread by {width:.0%} across rounds ({min(samples):.3g} to {max(samples):.3g})' if width > UNSTABLE else ''
 
 
 class UnreadableResult(ValueError):
@@ -324,33 +297,6 @@ def known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
-
-
-def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tuple[str, ...]) -> Optional[str]:
-    """Why ``baseline`` measured another workload than ``fingerprint`` by ``keys`` (``None``: the same); a size is
-    named by its name, and by the fields that differ where the names are the same."""
-
-    def shown(value: Any, other: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        if not isinstance(other, dict) or other.get('name') != value.get('name'):
-            return value.get('name', value)
-        differ = [f'{k} {v}' for k, v in value.items() if k != 'name' and k in other and other[k] != v]
-        return f'{value.get("name")} ({", ".join(differ)})' if differ else value.get('name')
-
-    differ = [
-        f'{key.replace("_", " ")} {shown(baseline.get(key), fingerprint.get(key))} in the baseline, '
-        f'{shown(fingerprint.get(key), baseline.get(key))} now'
-        for key in keys
-        if fingerprint.get(key) != baseline.get(key)
-    ]
-    return '; '.join(differ) or None
-
-
-def counted_apart(now: Optional[int], then: Optional[int]) -> Optional[str]:
-    """Why work counted by method ``then`` cannot be compared with ``now``'s (``None``: it can)."""
-    apart = None not in (now, then) and now != then
-    return f'work counted by method {then} in the baseline, {now} now' if apart else None
 
 
 class BaselineExistsError(FileExistsError):

@@ -12,14 +12,14 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from compatshim.bench import results
-from compatshim.bench.results import LegResult, PipelineResult, Result, comparable, counted_apart, spread, unsteady
+from compatshim.bench.results import LegResult, PipelineResult, Result
 from compatshim.bench.work import Work, amount
 from compatshim.observe.placement import Placement, Word
 
 __all__ = [
-    'ALPHA', 'AS_FAST_WITHIN', 'RULE', 'VERDICT_RULE', 'WORK_RULE', 'Judgement', 'Kind', 'Outcome', 'SampleSource',
-    'Told', 'judge', 'mann_whitney_p', 'tell', 'verdicts', 'worst'
+    'ALPHA', 'AS_FAST_WITHIN', 'RULE', 'UNSTABLE', 'VERDICT_RULE', 'WORK_RULE', 'Judgement', 'Kind', 'Outcome',
+    'SampleSource', 'Told', 'comparable', 'counted_apart', 'judge', 'mann_whitney_p', 'quartiles', 'spread', 'tell',
+    'unsteady', 'verdicts', 'worst'
 ]  # fmt: skip
 
 #: Significance level of the one-sided Mann-Whitney U test behind a regression or an improvement.
@@ -34,6 +34,61 @@ class Outcome(Word):
     INCONCLUSIVE = 'inconclusive'
     IMPROVED = 'improved'
     OK = 'ok'
+
+
+#: Per-round samples whose interquartile range is over this share of their median are unsteady (:func:`unsteady`).
+UNSTABLE = 0.25
+
+
+def quartiles(samples: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median and upper quartile of a non-empty sample (inclusive method)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q1, _, q3 = statistics.quantiles(samples, n=4, method='inclusive')
+    return q1, statistics.median(samples), q3
+
+
+def spread(samples: list[float], fmt: str = '.3f') -> str:
+    """Samples as their median ± interquartile range (``—``: none): the one way a spread is shown."""
+    if not samples:
+        return '—'
+    q1, median, q3 = quartiles(samples)
+    return f'{median:{fmt}} ± {q3 - q1:{fmt}}'
+
+
+def unsteady(samples: list[float]) -> str:
+    """How per-round samples spread where past :data:`UNSTABLE` of their median (``''``: not, or under two): a pair's
+    ratios (both legs of a round meet the same machine; one leg's rounds may scatter and its pairs hold), a leg's."""
+    q1, median, q3 = quartiles(samples) if len(samples) > 1 else (0.0, 1.0, 0.0)
+    width = (q3 - q1) / median if median > 0 else 0.0  # a clock too coarse for the window: nothing to judge by
+    return f'spread by {width:.0%} across rounds ({min(samples):.3g} to {max(samples):.3g})' if width > UNSTABLE else ''
+
+
+def comparable(fingerprint: dict[str, Any], baseline: dict[str, Any], keys: tuple[str, ...]) -> Optional[str]:
+    """Why ``baseline`` measured another workload than ``fingerprint`` by ``keys`` (``None``: the same); a size is
+    named by its name, and by the fields that differ where the names are the same."""
+
+    def shown(value: Any, other: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        if not isinstance(other, dict) or other.get('name') != value.get('name'):
+            return value.get('name', value)
+        differ = [f'{k} {v}' for k, v in value.items() if k != 'name' and k in other and other[k] != v]
+        return f'{value.get("name")} ({", ".join(differ)})' if differ else value.get('name')
+
+    differ = [
+        f'{key.replace("_", " ")} {shown(baseline.get(key), fingerprint.get(key))} in the baseline, '
+        f'{shown(fingerprint.get(key), baseline.get(key))} now'
+        for key in keys
+        if fingerprint.get(key) != baseline.get(key)
+    ]
+    return '; '.join(differ) or None
+
+
+def counted_apart(now: Optional[int], then: Optional[int]) -> Optional[str]:
+    """Why work counted by method ``then`` cannot be compared with ``now``'s (``None``: it can)."""
+    apart = None not in (now, then) and now != then
+    return f'work counted by method {then} in the baseline, {now} now' if apart else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,7 +558,7 @@ RULE = (
     'a stated limit, not to a baseline, and the limit lies far above what any machine measured; a pipeline leg '
     'against its ceiling is unlike work, which another machine can move by about its minimum effect, so a pipeline '
     'is compared with a baseline saved on the same kind of runner, and only where its per-round ratio held steady in '
-    f'both (interquartile range within {results.UNSTABLE:.0%} of the median). '
+    f'both (interquartile range within {UNSTABLE:.0%} of the median). '
     'Overhead ratios (unlike work) and absolute times (samples/s, µs per batch) are reported, never judged. Any '
     'regression exits 1, and so does a release without a baseline where its device has some; a baseline that is not '
     'comparable is refused (exit 2: re-record it).'

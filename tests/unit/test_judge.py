@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from compatshim import _cli
-from compatshim.bench import gate, results, rule
+from compatshim.bench import gate, rule
 from compatshim.bench.metrics import (
     COMPARABLE_BY,
     METRICS,
@@ -607,7 +607,7 @@ def test_a_timing_is_never_judged_where_the_rounds_of_the_baseline_or_the_run_we
     rounds = baseline.legs['shim-batch'].round_s
     busy = [s * (0.45 if i % 2 else 0.75) for i, s in enumerate(rounds)]  # faster on median, and spread
     baseline.legs['shim-batch'].round_s = busy
-    assert results.unsteady(baseline.step_ms('shim-batch')) and not results.unsteady(run.step_ms('shim-batch'))
+    assert rule.unsteady(baseline.step_ms('shim-batch')) and not rule.unsteady(run.step_ms('shim-batch'))
     judged = {j.metric: j for j in rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)}
     verdict = judged['shim-batch/ceiling']
     assert verdict.outcome == 'inconclusive', verdict
@@ -632,7 +632,7 @@ def test_a_leg_that_spread_alone_does_not_veto_the_steady_ratio_it_is_in() -> No
     legs.round_s = [s * f for s, f in zip(legs.round_s, phase)]
     legs.beside['ceiling'] = [s * f for s, f in zip(legs.beside['ceiling'], phase)]
     pair = rule.BESIDE.read(rule.SampleSource('shim-batch', 'ceiling'), run)
-    assert results.unsteady(run.step_ms('shim-batch')) and not results.unsteady(pair), pair
+    assert rule.unsteady(run.step_ms('shim-batch')) and not rule.unsteady(pair), pair
     judged = {j.metric: j for j in rule.judge(run, baseline, pipeline_metrics(run.legs), PIPELINE_COMPARABLE_BY)}
     assert judged['shim-batch/ceiling'].outcome == 'regression', judged['shim-batch/ceiling']
     legs.beside['ceiling'] = [s / f for s, f in zip(legs.beside['ceiling'], phase)]  # one window of a round alone

@@ -304,8 +304,9 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: Composer and torch releases (views not judged across torch; the ops both ran, each op's appearing or vanishing
 #: named), a count that rose never vetoing the timing, no improvement for a transform no longer called, the one
 #: formatter of a count or a mean of counts, and the compare in one pass in gate.py (its lines moved from
-#: pipeline.py, -83) with Composer's own legs said once where the release changed what they do.
-RATCHET = {'compatshim/bench': 3881, 'compatshim/shim': 1798, 'compatshim': 8909}
+#: pipeline.py, -83) with Composer's own legs said once where the release changed what they do. Then what is
+#: comparable and steady moved to the rule, so a compare visits each room once (+5).
+RATCHET = {'compatshim/bench': 3886, 'compatshim/shim': 1798, 'compatshim': 8914}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
