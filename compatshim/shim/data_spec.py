@@ -260,7 +260,10 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     if stage is None:  # left to Composer: the monitor's taps only
         return notes.tapped(spec, name, value)
     frame = current_frame()
-    hooks = None if frame is None or frame.spec is not spec else frame.hooks
+    if frame is None:  # a loop that began before enable(): it runs as the release does, said once
+        _warn_loop_running(spec)
+        return notes.tapped(spec, name, value)
+    hooks = None if frame.spec is not spec else frame.hooks
     held = None if hooks is None else hooks.get(name)
     if held is not None and held[1] == stage and _same(held[0], value):
         return held[2]
@@ -330,6 +333,31 @@ def _takes_a_batch(value: Any) -> bool:
     except Exception:  # noqa: BLE001  (no signature Python can read; a proxy that raises on a look at it)
         pass
     return True
+
+
+#: What a release does with ``device_transforms`` without the shim, as the notice of a running loop says it.
+_WITHOUT = {
+    Family.HOST: 'runs device_transforms on the host, before the move',
+    Family.DROPPED: 'never calls device_transforms',
+    Family.REJECTED: 'has no device_transforms',
+}
+
+
+def _warn_loop_running(spec: Any) -> None:
+    """Say once that the trainer read a hook in a loop that began before ``enable()`` (a callback that enables the
+    shim at ``FIT_START``, a fit started in a notebook before it): that loop runs as the release does, never with its
+    transform silently dropped; the next loop opens with the shim."""
+    if 'loop-running' in STATE.warned:
+        return
+    STATE.warned.add('loop-running')
+    said = _WITHOUT.get(STATE.family or Family.HOST, '')
+    warnings.warn(
+        f'compatshim: enable() was called while a Composer loop over {notes.spec_name(spec)} was running: until that '
+        f'loop ends it runs as Composer {installed("mosaicml")} does ({said}); the next fit, eval or predict runs it '
+        'on the device. Call enable() before the Trainer runs (or start the job with compatshim run).',
+        CompatShimWarning,
+        stacklevel=4,
+    )
 
 
 def _warn_built_before(spec: Any) -> None:

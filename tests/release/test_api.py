@@ -310,3 +310,33 @@ def test_the_enabled_fixture_leaves_the_shim_as_it_found_it(pytester: pytest.Pyt
         pytester.runpytest_inprocess('-p', 'no:cacheprovider').assert_outcomes(passed=3)
     finally:
         compatshim.disable()
+
+
+@NEEDS_PATCH
+def test_enable_while_a_loop_runs_never_drops_the_transform_silently() -> None:
+    """Issue 66: a callback that enables the shim at ``FIT_START`` (a platform's; a notebook's fit started first):
+    on 0.25.0 the running fit called the transform never (without the shim 0.25 runs it on the host). That loop now
+    runs as the release does, said once; the next fit runs it on the device."""
+    from composer.core import Callback, DataSpec
+
+    from compatshim.errors import CompatShimWarning
+
+    class EnableAtFitStart(Callback):
+        def fit_start(self, state: Any, logger: Any) -> None:
+            compatshim.enable()
+
+    host = FAMILY is Family.HOST
+    probe = Probe()
+    spec = DataSpec(loader(16, 8), device_transforms=probe) if host else DataSpec(loader(16, 8))  # 0.29+: TypeError
+    fit, _ = trainer(make_device(), train_dataloader=spec, max_duration='1ep', callbacks=[EnableAtFitStart()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        fit.fit()
+    said = [w for w in caught if issubclass(w.category, CompatShimWarning) and 'while a Composer' in str(w.message)]
+    assert len(said) == 1 and f'as Composer {COMPOSER} does' in str(said[0].message), [str(w.message) for w in caught]
+    assert [call.placement for call in probe.calls] == (['host', 'host'] if host else [])
+    probe = Probe()
+    spec = DataSpec(loader(16, 8), device_transforms=probe)
+    fit, _ = trainer(make_device(), train_dataloader=spec, max_duration='1ep')
+    fit.fit()
+    assert [call.placement for call in probe.calls] == ['device', 'device']
