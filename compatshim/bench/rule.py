@@ -355,16 +355,13 @@ class WorkDone(Kind):
     def judge(self, metric: str, now: list[Any], before: Optional[list[Any]]) -> Judgement:
         assert before, 'judged against a baseline'
         (new, torch_now), (old, torch_then) = now[0], before[0]
-        if torch_now == torch_then:
+        if torch_now.split('+')[0] == torch_then.split('+')[0]:  # one release, whatever its build (+cpu, +cu121)
             return self._counts(metric, old, new, old.counts(), new.counts(), '')
         upgrade = f'torch {torch_then} -> {torch_now}'
-        if not old.by_op or not new.by_op:
-            a, b = old.across_torch(), new.across_torch()
-            return Judgement(
-                metric, Outcome.INCONCLUSIVE, f'{upgrade}: {_changes(a, b) or "the same totals"}; not judged: the '
-                'baseline does not say which ops torch ran (saved before compatshim kept them): save it again on '
-                'this release to judge the next upgrade; the timing decides', old.bytes, new.bytes, 'exact', None,
-                self.unit, rose=_rose(a, b))  # fmt: skip
+        if old.by_op is None or new.by_op is None:  # saved before each op was kept: bytes, FLOPs and routes alone
+            a, b = ({k: v for k, v in w.counts().items() if k != 'ops'} for w in (old, new))
+            unsaid = f'{upgrade} (ops not judged: the baseline does not say which ops torch ran; save it again): '
+            return self._counts(metric, old, new, a, b, unsaid)
         then, here = old.writes(), new.writes()
         appeared, vanished = sorted(set(here) - set(then)), sorted(set(then) - set(here))
         if not appeared and not vanished:

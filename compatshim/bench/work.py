@@ -43,7 +43,7 @@ def amount(value: float) -> str:
 class Work:
     """What a transform did per call over the ``calls`` counted: torch ops, bytes written by dtype, FLOPs,
     ``outside``, the elements that left torch or came in by route (``Tensor.tolist``...; empty: fully counted), and
-    ``by_op``, each op's calls and bytes written (``aten.add.Tensor``; empty: a result counted before it was kept),
+    ``by_op``, each op's calls and bytes written (``aten.add.Tensor``; ``None``: a result counted before it was kept),
     which tell how torch dispatched the same code on another release."""
 
     calls: int
@@ -51,7 +51,7 @@ class Work:
     bytes_by_dtype: Mapping[str, float]
     flops: float
     outside: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    by_op: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    by_op: Optional[Mapping[str, tuple[float, float]]] = None
 
     @property
     def fully_counted(self) -> bool:
@@ -69,7 +69,7 @@ class Work:
     def writes(self) -> dict[str, tuple[float, float]]:
         """The ops that wrote bytes, with their calls and bytes per call: what torch cannot dispatch otherwise without
         changing the work (a view writes nothing, and torch 2.15 dispatches fewer of them for the same code)."""
-        return {op: (calls, written) for op, (calls, written) in self.by_op.items() if written}
+        return {op: (calls, written) for op, (calls, written) in (self.by_op or {}).items() if written}
 
     def across_torch(self) -> dict[str, float]:
         """The counts judged across torch releases (:meth:`writes`): bytes, FLOPs, the ops that write, the routes."""
@@ -85,12 +85,13 @@ class Work:
         counted = {'calls': self.calls, 'ops': self.ops, 'bytes_by_dtype': dict(self.bytes_by_dtype)}
         counted['flops'] = self.flops
         counted = {**counted, 'outside': dict(self.outside)} if self.outside else counted
-        return {**counted, 'by_op': {op: list(n) for op, n in self.by_op.items()}} if self.by_op else counted
+        return counted if self.by_op is None else {**counted, 'by_op': {op: list(n) for op, n in self.by_op.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Work:
         outside = {route: float(n) for route, n in dict(data.get('outside') or {}).items()}
-        by_op = {op: (float(calls), float(written)) for op, (calls, written) in dict(data.get('by_op') or {}).items()}
+        kept = data.get('by_op')
+        by_op = None if kept is None else {op: (float(calls), float(written)) for op, (calls, written) in kept.items()}
         bytes_by_dtype, flops = dict(data['bytes_by_dtype']), float(data['flops'])
         return cls(int(data['calls']), float(data['ops']), bytes_by_dtype, flops, outside, by_op)
 
