@@ -160,8 +160,8 @@ def _does(r: PipelineResult, leg: str) -> str:
 
 def _behaviour(r: PipelineResult, leg: str) -> tuple[Any, ...]:
     measured = r.legs.get(leg)
-    if measured is None or measured.missing is not None:
-        return ('no such leg',) if measured is None else (measured.missing.cause,)  # type: ignore[union-attr]
+    if measured is None or measured.missing is not None:  # a leg a result does not hold was not on its release
+        return (Cause.NOT_HERE if measured is None else measured.missing.cause,)  # type: ignore[union-attr]
     return (measured.placement, measured.calls_per_step)
 
 
@@ -177,7 +177,10 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     ran, ran_before = ({n for n, m in r.legs.items() if m.available} for r in (result, baseline))
     relied_on = {leg for leg in ran_before if leg in LEGS and LEGS[leg].stage}
     released = result.composer != baseline.composer
-    by_release = [leg for leg in COMPOSERS_LEGS if released and _behaviour(result, leg) != _behaviour(baseline, leg)]
+    by_release = [  # a leg failing now is the pipeline's, not the release's
+        leg for leg in COMPOSERS_LEGS
+        if released and _behaviour(result, leg) not in (_behaviour(baseline, leg), (Cause.FAILED,))
+    ]  # fmt: skip
     judged_legs = [leg for leg in result.legs if leg in (ran & ran_before) | relied_on and leg not in by_release]
     timed = min(r.fingerprint['size']['rounds'] for r in (result, baseline)) >= rule.VERDICT_ROUNDS
     judged_metrics = [m for m in metrics.pipeline_metrics(judged_legs) if timed or m.kind is not rule.BESIDE]
@@ -187,16 +190,16 @@ def compare(result: PipelineResult, baseline: PipelineResult, name: str) -> tupl
     )
     if judged.unlike:
         return judged.code, [f'NOT COMPARABLE with {name!r}: {judged.unlike}; save a new baseline with --save {name}']
-    what, unjudged = result.pipeline, set(by_release) | set(judged_legs)
+    what, accounted = result.pipeline, set(by_release) | set(judged_legs)
     fails = {leg for leg in result.legs if _behaviour(result, leg) == (Cause.FAILED,)}
-    gone = sorted(ran_before - ran - unjudged)
+    gone = sorted(ran_before - ran - accounted)
     judged.judgements += [rule.Judgement(f'{leg}: runs', rule.Outcome.REGRESSION, f'ran in the baseline; now '
                                          f'{_does(result, leg)}') for leg in gone if leg in fails]  # fmt: skip
     lines = [f'RELEASE {what} {leg}: without the shim, {_does(baseline, leg)}; {_does(result, leg)} '
              '(what the release does, the same for every pipeline: reported, not judged)'
              for leg in by_release]  # fmt: skip
     lines += [f'NEW {what} {leg}: runs now; in the baseline, {_does(baseline, leg)} (reported, not judged)'
-              for leg in sorted(ran - ran_before - unjudged)]  # fmt: skip
+              for leg in sorted(ran - ran_before - accounted)]  # fmt: skip
     lines += [f'GONE {what} {leg}: ran in the baseline; now, {_does(result, leg)} (reported, not judged)'
               for leg in gone if leg not in fails]  # fmt: skip
     never = [leg for leg in result.legs if leg not in ran | ran_before | set(by_release)]
