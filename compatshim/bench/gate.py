@@ -238,7 +238,7 @@ def timing_sight(
     per_call = [m.transform_ms / max(m.calls_per_step, 1) for m in (now, before) if m.transform_ms is not None]
     step_change = 1 / (1 - (rule.BESIDE.min_effect or 0)) - 1  # a step this much longer: the minimum effect
     slower = 1 + step_change / now.transform_share
-    unjudged = any(j.metric == f'{name}/ceiling' and j.reason.startswith('not judged') for j in judged)
+    unjudged = any(j.metric == f'{name}/ceiling' and 'not judged' in j.reason for j in judged)
     sight = f'the timing gate sees it from about {slower:.1f}x slower' + (' (not in this run)' if unjudged else '')
     if now.work is None or work.get(name) in (None, rule.Outcome.INCONCLUSIVE):
         counted = f'{sight}, and only the timing gate: its work was not judged here'

@@ -605,7 +605,7 @@ def _stopped(judged: list[tuple[Any, Judgement]], result: Result) -> list[tuple[
     return [
         (m, dataclasses.replace(j, outcome=Outcome.INCONCLUSIVE, reason=f'{j.reason.split(":")[0]}: fell because the '
                                 'transform is never called now (its placement says so), not an improvement'))
-        if m.source.leg in stopped and j.outcome is Outcome.IMPROVED else (m, j)
+        if m.source.leg in stopped and j.outcome is Outcome.IMPROVED and not m.kind.paired else (m, j)
         for m, j in judged
     ]  # fmt: skip
 
