@@ -305,8 +305,10 @@ def test_the_checks_fail_on_planted_violations() -> None:
 #: named), a count that rose never vetoing the timing, no improvement for a transform no longer called, the one
 #: formatter of a count or a mean of counts, and the compare in one pass in gate.py (its lines moved from
 #: pipeline.py, -83) with Composer's own legs said once where the release changed what they do. Then what is
-#: comparable and steady moved to the rule, so a compare visits each room once (+5).
-RATCHET = {'compatshim/bench': 3886, 'compatshim/shim': 1798, 'compatshim': 8914}
+#: comparable and steady moved to the rule, so a compare visits each room once (+5); a review's fixes (+1: a
+#: baseline without each op judged on bytes, a leg failing after an upgrade the pipeline's, one torch in two builds).
+#: Issue 66: a loop begun before enable() runs as the release does, said once (+28).
+RATCHET = {'compatshim/bench': 3887, 'compatshim/shim': 1826, 'compatshim': 8943}
 
 
 @pytest.mark.parametrize('folder', sorted(RATCHET))
