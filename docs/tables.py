@@ -224,15 +224,6 @@ def metrics_table() -> str:
     return _table(('metric', 'kind', 'gated where', 'threshold', 'what can move it'), rows)
 
 
-#: What each family does with ``device_transforms`` without the shim (``None``: an unaffected release).
-BEHAVIOUR = {
-    None: 'on device, once per batch (train, eval, predict)',
-    _support.Family.HOST: 'CPU: runs before the batch is moved (train, eval); predict on device',
-    _support.Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
-    _support.Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
-}
-
-
 #: What each family does with the attribute ``spec.device_transforms`` without the shim (read, called, assigned).
 ATTRIBUTE = {
     None: 'your callable (else an identity); one assigned later runs on device',
@@ -260,7 +251,9 @@ def support_table() -> str:
         'the attribute without the shim',
         '`enable()`',
     )
-    return _table(header, [(r.composer, r.torch, BEHAVIOUR[r.family], ATTRIBUTE[r.family], verdict(r)) for r in rows])
+    return _table(
+        header, [(r.composer, r.torch, _support.WITHOUT_SHIM[r.family], ATTRIBUTE[r.family], verdict(r)) for r in rows]
+    )
 
 
 def exit_codes() -> str:

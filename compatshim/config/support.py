@@ -14,8 +14,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 __all__ = [
-    'HOOKS', 'AFFECTED', 'Family', 'TestedRelease', 'TESTED_RELEASES', 'UNAFFECTED', 'UNAFFECTED_FAMILY', 'family_of',
-    'installed', 'split_env',
+    'HOOKS', 'AFFECTED', 'Family', 'TestedRelease', 'TESTED_RELEASES', 'UNAFFECTED', 'UNAFFECTED_FAMILY',
+    'WITHOUT_SHIM', 'family_of', 'installed', 'split_env',
 ]  # fmt: skip
 
 #: Releases that run ``device_transforms`` on the device themselves: the shim leaves them alone.
@@ -41,6 +41,14 @@ HOOKS: dict[Family, tuple[str, ...]] = {
     Family.HOST: ('device_transforms',),
     Family.DROPPED: ('batch_transforms', 'microbatch_transforms'),
     Family.REJECTED: ('batch_transforms', 'microbatch_transforms'),
+}
+
+#: What each family does with ``device_transforms`` without the shim (``None``: unaffected): the table's, the notices'.
+WITHOUT_SHIM: dict[Family | None, str] = {
+    None: 'on device, once per batch (train, eval, predict)',
+    Family.HOST: 'CPU: runs before the batch is moved (train, eval); predict on device',
+    Family.DROPPED: 'never called: DataSpec assigns it, then overwrites it',
+    Family.REJECTED: "TypeError: unexpected keyword argument 'device_transforms'",
 }
 
 #: What results and reports call the releases below 0.25.0 (not a :class:`Family`: :func:`family_of` gives ``None``).

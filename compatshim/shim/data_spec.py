@@ -23,7 +23,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from compatshim.config import stages
-from compatshim.config.support import HOOKS, Family, installed
+from compatshim.config.support import HOOKS, WITHOUT_SHIM, Family, installed
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
@@ -335,14 +335,6 @@ def _takes_a_batch(value: Any) -> bool:
     return True
 
 
-#: What a release does with ``device_transforms`` without the shim, as the notice of a running loop says it.
-_WITHOUT = {
-    Family.HOST: 'runs device_transforms on the host, before the move',
-    Family.DROPPED: 'never calls device_transforms',
-    Family.REJECTED: 'has no device_transforms',
-}
-
-
 def _warn_loop_running(spec: Any) -> None:
     """Say once that the trainer read a hook in a loop that began before ``enable()`` (a callback that enables the
     shim at ``FIT_START``, a fit started in a notebook before it): that loop runs as the release does, never with its
@@ -350,11 +342,11 @@ def _warn_loop_running(spec: Any) -> None:
     if 'loop-running' in STATE.warned:
         return
     STATE.warned.add('loop-running')
-    said = _WITHOUT.get(STATE.family or Family.HOST, '')
     warnings.warn(
         f'compatshim: enable() was called while a Composer loop over {notes.spec_name(spec)} was running: until that '
-        f'loop ends it runs as Composer {installed("mosaicml")} does ({said}); the next fit, eval or predict runs it '
-        'on the device. Call enable() before the Trainer runs (or start the job with compatshim run).',
+        f'loop ends it runs as Composer {installed("mosaicml")} does ({WITHOUT_SHIM[STATE.family]}); the next fit, '
+        'eval or predict runs it on the device. Call enable() before the Trainer runs (or start the job with '
+        'compatshim run).',
         CompatShimWarning,
         stacklevel=4,
     )
