@@ -298,7 +298,6 @@ def _dispatch_counter() -> type:
     class Dispatches(TorchDispatchMode):  # type: ignore[no-untyped-call]  # an untyped base
         def __init__(self, crossings: Any) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
-            self.ops = 0
             self.bytes: collections.Counter[str] = collections.Counter()
             self.by_op: collections.Counter[str] = collections.Counter()
             self.op_bytes: collections.Counter[str] = collections.Counter()
@@ -306,7 +305,6 @@ def _dispatch_counter() -> type:
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            self.ops += 1
             op = str(func)
             self.by_op[op] += 1
             if func is torch.ops.aten.lift_fresh.default and not self.crossings.depth and out.numel() > 1:
@@ -371,7 +369,6 @@ class WorkCounter:
         self.transform = transform
         self.failed: Optional[str] = None  # why counting stopped
         self.calls = 0
-        self.ops = 0
         self.flops = 0
         self.bytes: collections.Counter[str] = collections.Counter()
         self.outside: collections.Counter[str] = collections.Counter()
@@ -400,7 +397,6 @@ class WorkCounter:
         with generators_kept(held_by(self.transform)), eager, flops, dispatches, crossings:
             self.transform(plain)
         self.calls += 1
-        self.ops += dispatches.ops
         self.bytes.update(dispatches.bytes)
         self.flops += int(flops.get_total_flops())
         self.outside.update(crossings.elements)
@@ -413,4 +409,5 @@ class WorkCounter:
         per_call = {dtype: n / self.calls for dtype, n in self.bytes.items() if n}
         outside = {route: n / self.calls for route, n in self.outside.items() if n}
         by_op = {op: (n / self.calls, self.op_bytes[op] / self.calls) for op, n in sorted(self.by_op.items())}
-        return Work(self.calls, self.ops / self.calls, per_call, self.flops / self.calls, outside, by_op)
+        ops = sum(self.by_op.values()) / self.calls
+        return Work(self.calls, ops, per_call, self.flops / self.calls, outside, by_op)
