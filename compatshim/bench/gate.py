@@ -231,7 +231,7 @@ def timing_sight(
 ) -> list[str]:
     """The transform's time per call now and then, and how much slower it must get for the timing gate to see it (its
     share of a step sets that; ``judged``: whether it could here); what the counts see of it (``work``: by leg)."""
-    name = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in result.legs), '')
+    name = next((n for n in rule.TIMED_FIRST if n in result.legs), '')
     now, before = result.legs.get(name), baseline.legs.get(name)
     if now is None or before is None or not (now.transform_ms and before.transform_ms and now.transform_share):
         return []

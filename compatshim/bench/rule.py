@@ -634,6 +634,8 @@ def _like_for_like(judged: list[tuple[Any, Judgement]]) -> list[Judgement]:
 
 #: The share of a step waiting for data above which a run is input-bound (as the PyTorch profiler advises).
 WAIT_LIMIT = 0.05
+#: The legs a transform's timing is read from, in order of preference (the first a result has).
+TIMED_FIRST = ('shim-batch', 'native-microbatch', 'unpatched')
 #: Rounds below which no timing verdict is given (as many as the gate's rank test needs).
 VERDICT_ROUNDS = 5
 #: *As fast as*: within the gate's minimum effect for like work. The extreme rounds are left out: a shared machine's
@@ -731,7 +733,7 @@ def verdicts(result: PipelineResult) -> list[str]:
             f'{VERDICT_ROUNDS} rounds or more for the factors'
         ]
     ran = {name for name, measured in legs.items() if measured.available}
-    best = next((n for n in ('shim-batch', 'native-microbatch', 'unpatched') if n in ran), '')
+    best = next((n for n in TIMED_FIRST if n in ran), '')
     waits = legs[best].wait_share if best else None
     if waits is not None:
         bound = 'yes' if waits > WAIT_LIMIT else 'no'
