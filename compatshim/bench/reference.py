@@ -27,6 +27,7 @@ import gc
 import inspect
 import sys
 import time
+import types
 from collections.abc import Iterator
 from typing import Any, Callable, Optional, TextIO
 
@@ -40,7 +41,7 @@ from compatshim.config.settings import BENCH_SIZES
 from compatshim.config.support import TESTED_RELEASES, family_of, installed
 from compatshim.devices.accelerator import Accelerator, accelerator
 from compatshim.shim import api as shim
-from compatshim.shim import loops, notes, patching
+from compatshim.shim import data_spec, loops, notes, patching
 
 __all__ = [
     'CALLS',
@@ -341,21 +342,32 @@ def make_probe(
     spec = DataSpec(loader, device_transforms=transform, data_transfer_stage=path_name.partition('-')[2])
     if not shim.status().stage:
         raise RuntimeError('compatshim bench: a hook probe needs the shim enabled here')
-    # The DataSpec as the trainer reads it at every batch, in a loop frame whose reads and moves are this module's
-    # (the shim serves those as the trainer's): 0.25-0.26 call device_transforms, 0.27+ batch_transforms and then
+    # The DataSpec as the trainer reads it at every batch, through the loop frame's view of it (the trainer's
+    # binding, with the shim on): 0.25-0.26 call device_transforms, 0.27+ batch_transforms and then
     # microbatch_transforms; and both count and split the batch.
     host = 'batch_transforms' not in vars(spec)
+    hook = 'device_transforms' if host else 'batch_transforms'
+    state = types.SimpleNamespace(batch=None)  # the trainer's state.batch, as its loop assigns it
+    bound: list[Any] = []
+
+    @contextlib.contextmanager
+    def frame() -> Iterator[None]:
+        with loops.loop_frame(device, 'train', state, spec, view=data_spec.view_of) as opened:
+            bound[:] = [opened, opened.view]
+            yield
 
     # The hook runs before the trainer's move is looked up (two statements), as in the trainer: on 0.25–0.26 at stage
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
-        hooked = getattr(spec, 'device_transforms' if host else 'batch_transforms')(batch)
+        opened, view = bound
+        state.batch = getattr(view, hook)(batch)
         for reader in ('get_num_samples_in_batch', 'get_num_tokens_in_batch', 'split_batch'):
-            getattr(spec, reader)
-        moved = device.batch_to_device(hooked)
-        return moved if host else spec.microbatch_transforms(moved)
+            getattr(view, reader)
+        opened.whole = None  # the trainer's split makes new microbatches: none is the step's whole batch
+        state.batch = device.batch_to_device(state.batch)
+        return state.batch if host else view.microbatch_transforms(state.batch)
 
-    return Probe(name, on, path, direct, lambda: loops.loop_frame(device, 'train', None, spec, reader=__name__))
+    return Probe(name, on, path, direct, frame)
 
 
 def _monitor_probe(

@@ -27,6 +27,10 @@ DIFFERENCES: dict[str, str] = {
     'wrapped-lookup': "On 0.25–0.26, a DataSpec subclass's own `__getattribute__` that wraps what `device_transforms` "
     'reads: its wrapper is called with the batch before the move (the trainer calls the attribute before moving, and '
     'the shim moves inside what the wrapper was given); the transform inside it runs on the device.',
+    'moved-batch': 'At stage batch, a move of `state.batch` itself by your own code later in the step (a callback '
+    'calling `state.device.batch_to_device(state.batch)`) gives it back as it is, without reaching your `Device`: it '
+    "is on the device already, and is told from Composer's own later moves of it by what it is, not by who moves it "
+    "(0.24.1 moved it again, which Composer's Devices do as a no-op). A move of anything else is your `Device`'s.",
     'microbatch': 'Stage `"microbatch"` (opted in): the transform runs once per microbatch, after its move, on the '
     'microbatch Composer split (a tuple for a list batch), so its calls, batch statistics and results are per '
     'microbatch (a transform failing at its Nth call fails sooner), and the whole batch is never on the device '

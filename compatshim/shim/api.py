@@ -91,6 +91,7 @@ def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None
         STATE.allow_untested = family is None
         STATE.stage = settings.stage
         STATE.enabled_by = STATE.starting or 'compatshim.enable()'
+        _warn_if_running()
         return status()
 
 
@@ -143,11 +144,19 @@ def _instrument(family: Optional[Family], version: str) -> Family:
     check_shape(family, DataSpec, Trainer, version)
     try:
         data_spec.instrument(DataSpec, family)
-        loops.instrument(Trainer, STATE.patches)
+        loops.instrument(Trainer, STATE.patches, data_spec.view_of)
     except BaseException:
         STATE.patches.restore_all()
         raise
     return family
+
+
+def _warn_if_running() -> None:
+    from composer.trainer.trainer import Trainer
+
+    from compatshim.shim import loops
+
+    loops.warn_if_running(Trainer)
 
 
 def disable() -> ShimStatus:

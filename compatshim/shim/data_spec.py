@@ -1,15 +1,17 @@
-"""The shim's patches of ``composer.core.data_spec.DataSpec``.
+"""The shim's patches of ``composer.core.data_spec.DataSpec``, and the view of a DataSpec its loops read.
 
 * ``__init__`` takes the shim's own ``data_transfer_stage`` (kept on the DataSpec) and, where Composer no longer takes
   ``device_transforms`` as 0.24.1 did (0.27+), the argument: Composer builds the DataSpec without it, then the wrapper
   sets ``self.device_transforms`` as 0.24.1's ``__init__`` did (a subclass's property setter sees it). On 0.25–0.26
   Composer's own ``__init__`` still sets it.
-* The trainer's reads of the transform hooks it calls get a hook (:mod:`compatshim.shim.hooks`) bound to the DataSpec
-  and made from what ``device_transforms`` resolves to at that read; every other read gets what Python gives. The
-  DataSpec is the one owner of the transform; the hooks keep no copy. On 0.25–0.26 the name is ``device_transforms``,
-  which 0.24.1 code may serve itself (a subclass's property or method), so ``__getattribute__`` serves it; on 0.27+ the
-  names are ``batch_transforms``/``microbatch_transforms``, which 0.24.1 code never defines, so each is a data
-  descriptor (:class:`HookName`) and a read of any other attribute costs what Python's own lookup costs.
+* The trainer reads a loop's DataSpec through its *view* (:func:`view_of`, bound by the loop's frame,
+  :mod:`compatshim.shim.loops`): an object of a subclass of the DataSpec's class, made once per loop, that shares the
+  DataSpec's ``__dict__``. Its hook names (0.25–0.26 ``device_transforms``; 0.27+ ``batch_transforms`` and
+  ``microbatch_transforms``) are data descriptors (:class:`Served`) giving the hook (:mod:`compatshim.shim.hooks`)
+  bound to the DataSpec and made from what the name resolves to on the DataSpec at that read; every other read is
+  Python's own. The DataSpec itself keeps no patched lookup: every read of it is the user's and gets what Python gives
+  (a subclass that defines a hook name of 0.27+ itself aside: its own value is kept apart from Composer's). The
+  DataSpec is the one owner of the transform; the hooks keep no copy.
 """
 
 from __future__ import annotations
@@ -23,24 +25,30 @@ import weakref
 from typing import Any, Callable, Optional
 
 from compatshim.config import stages
-from compatshim.config.support import HOOKS, WITHOUT_SHIM, Family, installed
+from compatshim.config.support import HOOKS, Family, installed
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
-from compatshim.shim.loops import by_loop, current_frame
+from compatshim.shim.loops import LoopFrame, by_loop
 from compatshim.shim.registry import STATE
 
-__all__ = ['HookName', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup', 'own_hook_names', 'targets']
+__all__ = [
+    'HookName', 'Served', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup',
+    'own_hook_names', 'targets', 'view_of',
+]  # fmt: skip
 
 
 def lookups(family: Family) -> tuple[str, ...]:
-    """The attributes of ``DataSpec`` that serve the trainer's reads of ``family``'s hook names."""
+    """The attributes of ``DataSpec`` that serve the trainer's reads of ``family``'s hook names while the shim is off
+    (the monitor's watch: :mod:`compatshim.observe.watch`)."""
     return ('__getattribute__',) if family is Family.HOST else HOOKS[family]
 
 
 def targets(family: Family) -> tuple[str, ...]:
-    """What this module patches for ``family``, dotted."""
-    return tuple(f'composer.core.data_spec.DataSpec.{name}' for name in ('__init__', *lookups(family)))
+    """What this module patches for ``family``, dotted (the trainer reads a loop's DataSpec through its view; a
+    subclass that defines a hook name of 0.27+ itself adds ``__getattribute__`` on demand)."""
+    names = ('__init__',) if family is Family.HOST else ('__init__', '__setattr__')
+    return tuple(f'composer.core.data_spec.DataSpec.{name}' for name in names)
 
 
 def _take_device_transforms(
@@ -170,6 +178,8 @@ _DEFINED: weakref.WeakKeyDictionary[type, tuple[str, ...]] = weakref.WeakKeyDict
 
 
 def _defined(cls: type) -> tuple[str, ...]:
+    if vars(cls).get(patching.SHARING):
+        cls = cls.__bases__[0]
     names = _DEFINED.get(cls)
     if names is None:
         base = sys.modules['composer.core.data_spec'].DataSpec
@@ -180,15 +190,12 @@ def _defined(cls: type) -> tuple[str, ...]:
 def _serve_own_names(data_spec_cls: type, family: Family) -> None:
     """The shim's ``__getattribute__`` on ``DataSpec`` (once), for subclasses that define a hook name of 0.27+ on the
     class: Composer's ``__init__`` assigns that name on the instance, which hides the class's own value from the
-    user's code and the shim's descriptor from the trainer. With it, the trainer's read gets the shim's hook (around
-    Composer's value), and every other read the class's own value, as on 0.24.1."""
+    user's code. With it, the user's reads get the class's own value, as on 0.24.1 (the trainer's, through the loop's
+    view, Composer's value)."""
     with STATE.lock:
         if (data_spec_cls, '__getattribute__') not in STATE.patches:
-            lookup = functools.partial(
-                make_lookup, names=HOOKS[family], serve=_for_the_trainer, while_on=True, other=_for_the_user
-            )
+            lookup = functools.partial(_make_users_lookup, names=HOOKS[family])
             STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
-            STATE.patches.patch(data_spec_cls, '__setattr__', _make_setattr)
 
 
 def _by_composer() -> bool:
@@ -212,13 +219,17 @@ def _set_by(spec: Any, name: str, value: Any) -> str:
     return 'composer'
 
 
-def _make_setattr(original: Callable[[Any, str, Any], None], record: patching.Patch) -> Callable[..., None]:
-    """``DataSpec.__setattr__`` where a subclass defines a hook name of 0.27+ itself: Composer's ``__init__``'s
-    assignment of that name goes to the instance, past the class's own (a property, which 0.24.1 never set)."""
+def _make_setattr(
+    original: Callable[[Any, str, Any], None], record: patching.Patch, *, names: tuple[str, ...]
+) -> Callable[..., None]:
+    """``DataSpec.__setattr__`` on 0.27+: an assignment of a hook name (``names``) by code other than Composer's
+    ``__init__`` is noted (:func:`_set_by`); Composer's goes to the instance, past a class's own (a property, which
+    0.24.1 never set), or is kept apart where the user's code set the name first. Reads are Python's own."""
     del original  # called as record.original
+    hooked = frozenset(names)
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
-        by = _set_by(self, name, value) if record.active and name in _defined(type(self)) else 'user'
+        by = _set_by(self, name, value) if name in hooked and record.active else 'user'
         if by == 'composer':
             notes.own(self)[name] = value
         elif by == 'user':
@@ -236,13 +247,18 @@ def _composers(spec: Any, name: str, value: Any) -> bool:
     return name in kept and _same(kept[name], value)
 
 
-def _for_the_trainer(spec: Any, name: str, value: Any) -> Any:
-    if name not in _defined(type(spec)):
-        return value  # served by the descriptor beneath
-    value = notes.own(spec).get(name, value)  # Composer's (or an assignment over it), past the class's property
-    if not _composers(spec, name, value):  # the class's own, or one the user's code assigned
+def _trainers_own(spec: Any, name: str, value: Any) -> Any:
+    """What the trainer reads for a hook name of 0.27+ that ``spec``'s class defines itself, ``value`` being the
+    instance's own (or missing): Composer's (or an assignment over it), past the class's own; the class's own (or one
+    the user's code assigned) is noted."""
+    if value is patching.MISSING_ATTRIBUTE:
+        try:
+            value = object.__getattribute__(spec, name)
+        except AttributeError:
+            value = _fallback(spec, name)
+    if not _composers(spec, name, value):
         _noting(spec).add(name)
-    return for_trainer(spec, name, value)
+    return value
 
 
 def _for_the_user(spec: Any, name: str, value: Any) -> Any:
@@ -252,19 +268,33 @@ def _for_the_user(spec: Any, name: str, value: Any) -> Any:
     return raw.__get__(spec, type(spec)) if hasattr(type(raw), '__get__') else raw
 
 
-def for_trainer(spec: Any, name: str, value: Any) -> Any:
-    """What the trainer's read of the transform hook ``spec.<name>`` gets with the shim on, ``value`` being what it
-    resolves to. A loop's reads of its own DataSpec get the hook its last read got while ``value`` and the stage are
-    the same: no object is made at every read (a long fit collects no more garbage than without the shim)."""
+def _make_users_lookup(
+    original: Callable[[Any, str], Any], record: patching.Patch, *, names: tuple[str, ...]
+) -> Callable[..., Any]:
+    """``DataSpec.__getattribute__`` once a subclass defines a hook name of 0.27+ itself: a read of one of ``names``
+    gets the class's own value where Composer's ``__init__`` hid it (the trainer reads through the loop's view, whose
+    descriptor is found first)."""
+    del original  # called as record.original
+    hooked = frozenset(names)
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        value = record.original(self, name)
+        if name not in hooked or not record.active or STATE.stage is None or vars(type(self)).get(patching.SHARING):
+            return value
+        return _for_the_user(self, name, value)
+
+    return __getattribute__
+
+
+def for_trainer(spec: Any, name: str, value: Any, frame: LoopFrame) -> Any:
+    """What the trainer's read of the transform hook ``spec.<name>`` through ``frame``'s view gets with the shim on,
+    ``value`` being what it resolves to. A loop's reads get the hook its last read got while ``value`` and the stage
+    are the same (:meth:`Served.__get__` asks that first): no object is made at every read (a long fit collects no
+    more garbage than without the shim)."""
     stage = notes.stage_of(spec)
-    if stage is None:  # left to Composer: the monitor's taps only
+    if stage is None or frame.closed:  # left to Composer (the monitor's taps only), or read after the loop
         return notes.tapped(spec, name, value)
-    frame = current_frame()
-    if frame is None:  # a loop that began before enable(): it runs as the release does, said once
-        _warn_loop_running(spec)
-        return notes.tapped(spec, name, value)
-    hooks = None if frame.spec is not spec else frame.hooks
-    held = None if hooks is None else hooks.get(name)
+    held = frame.hooks.get(name)
     if held is not None and held[1] == stage and _same(held[0], value):
         return held[2]
     if STATE.family is Family.DROPPED and name == 'batch_transforms':
@@ -272,14 +302,89 @@ def for_trainer(spec: Any, name: str, value: Any) -> Any:
     runs = _assigned(spec, name, value) if name in _noted(spec) else value  # the cache is keyed by what was read
     hook: Any
     if name == 'device_transforms':  # 0.25–0.26
-        hook = BatchHook(spec, None, runs, stage)
+        hook = BatchHook(spec, frame, None, runs, stage)
     elif name == 'batch_transforms':
-        hook = BatchHook(spec, runs, None, stage)
+        hook = BatchHook(spec, frame, runs, None, stage)
+    elif stage == 'batch' and runs is not None and not notes.holds(runs):
+        hook = runs  # Composer's own identity: nothing of the shim's runs per microbatch at stage batch
     else:
-        hook = MicrobatchHook(spec, runs, stage)
-    if hooks is not None:
-        hooks[name] = (value, stage, hook)
+        hook = MicrobatchHook(spec, frame, runs, stage)
+    frame.hooks[name] = (value, stage, hook)
     return hook
+
+
+class Served:
+    """A hook name on a view's class: a read gives the hook for what the name resolves to on the DataSpec at that
+    read (0.25–0.26: the DataSpec's own lookup, a subclass's property or method included; 0.27+: the value Composer's
+    ``__init__`` put in its ``__dict__``); assignments and deletions go to the DataSpec, as through it."""
+
+    __slots__ = ('host', 'name')
+
+    def __init__(self, name: str, host: bool) -> None:
+        self.name, self.host = name, host
+
+    def __get__(self, view: Any, owner: Optional[type] = None) -> Any:
+        if view is None:
+            return self
+        spec, frame, name = view._compatshim_spec, view._compatshim_frame, self.name
+        mine: dict[str, Any] = object.__getattribute__(spec, '__dict__')
+        if self.host:
+            try:
+                value = getattr(spec, name)
+            except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base __init__
+                value = None
+        else:
+            value = mine.get(name, patching.MISSING_ATTRIBUTE)
+            special = view._compatshim_special.get(name)
+            if special is not None:
+                value = _trainers_own(spec, name, value) if special == 'own' else _looked_up(spec, name)
+            elif value is patching.MISSING_ATTRIBUTE:
+                value = _fallback(spec, name)
+        stage = STATE.stage
+        stage = stage and (mine.get(notes.STAGE_ATTRIBUTE) or stage)
+        held = frame.hooks.get(name)
+        if held is not None and held[0] is value and held[1] == stage:
+            return held[2]
+        return for_trainer(spec, name, value, frame)
+
+    def __set__(self, view: Any, value: Any) -> None:
+        setattr(view._compatshim_spec, self.name, value)
+
+    def __delete__(self, view: Any) -> None:
+        delattr(view._compatshim_spec, self.name)
+
+
+def _looked_up(spec: Any, name: str) -> Any:
+    """``spec.<name>`` through another library's descriptor on ``DataSpec`` (``None`` where it has none)."""
+    try:
+        return getattr(spec, name)
+    except AttributeError:
+        return None
+
+
+def _library_descriptor(base: type, name: str) -> bool:
+    """Whether something other than the monitor's watch (which serves nothing while the shim is on) defines ``name``
+    on ``base`` or above it."""
+    definer = patching.definer(base, name)
+    return definer is not None and not isinstance(vars(definer)[name], HookName)
+
+
+def view_of(spec: Any, frame: LoopFrame) -> Any:
+    """What the trainer reads ``spec`` through in ``frame``'s loop: an object of a subclass of its class (named as it
+    is; an ``isinstance`` of each of its classes) sharing its ``__dict__``, whose hook names are :class:`Served`.
+    Decided here, once per loop, for 0.27+: which hook names the DataSpec's class defines itself (read past, to
+    Composer's value), and which another library's descriptor on ``DataSpec`` serves (read through it)."""
+    family = STATE.family or Family.REJECTED
+    host = family is Family.HOST
+    special: dict[str, str] = {}
+    if not host:
+        base = sys.modules['composer.core.data_spec'].DataSpec
+        special = {name: 'looked up' for name in HOOKS[family] if _library_descriptor(base, name)}
+        special.update(dict.fromkeys(_defined(type(spec)), 'own'))
+    served = {name: Served(name, host) for name in HOOKS[family]}
+    return patching.sharing(
+        spec, served, _compatshim_spec=spec, _compatshim_frame=frame, _compatshim_special=special
+    )  # fmt: skip
 
 
 #: What the shim notes of a DataSpec, by identity (a subclass may define ``__eq__`` and so not hash), while it lives:
@@ -335,23 +440,6 @@ def _takes_a_batch(value: Any) -> bool:
     return True
 
 
-def _warn_loop_running(spec: Any) -> None:
-    """Say once that the trainer read a hook in a loop that began before ``enable()`` (a callback that enables the
-    shim at ``FIT_START``, a fit started in a notebook before it): that loop runs as the release does, never with its
-    transform silently dropped; the next loop opens with the shim."""
-    if 'loop-running' in STATE.warned:
-        return
-    STATE.warned.add('loop-running')
-    warnings.warn(
-        f'compatshim: enable() was called while a Composer loop over {notes.spec_name(spec)} was running: until that '
-        f'loop ends it runs as Composer {installed("mosaicml")} does ({WITHOUT_SHIM[STATE.family]}); the next fit, '
-        'eval or predict runs it on the device. Call enable() before the Trainer runs (or start the job with '
-        'compatshim run).',
-        CompatShimWarning,
-        stacklevel=4,
-    )
-
-
 def _warn_built_before(spec: Any) -> None:
     """Say once, at the trainer's first read of its hooks, that a DataSpec was built before ``enable()`` on 0.27–0.28,
     which drop a ``device_transforms`` argument at construction without a trace: none can run on the device."""
@@ -398,12 +486,10 @@ def make_lookup(
     names: tuple[str, ...],
     serve: Callable[[Any, str, Any], Any],
     while_on: bool,
-    other: Optional[Callable[[Any, str, Any], Any]] = None,
 ) -> Callable[..., Any]:
-    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the shim's and the watch's up to 0.26; on 0.27+ the
-    shim's and the watch's once a subclass defines a hook name itself): a read of ``names`` by the running loop, while
-    the shim's switch is ``while_on``, gets ``serve(spec, name, value)``; any other read of them ``other(spec, name,
-    value)`` (given), or what Python gives, as every other read does."""
+    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the watch's up to 0.26; on 0.27+ once a subclass
+    defines a hook name itself): a read of ``names`` by the running loop, while the shim's switch is ``while_on``,
+    gets ``serve(spec, name, value)``; any other read gets what Python gives."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
     hooked = frozenset(names)
 
@@ -416,9 +502,7 @@ def make_lookup(
             if not while_on or not by_loop():  # only the shim stands in for a missing value: the watch observes
                 raise
             return serve(self, name, _fallback(self, name))
-        if by_loop():
-            return serve(self, name, value)
-        return value if other is None else other(self, name, value)
+        return serve(self, name, value) if by_loop() else value
 
     return __getattribute__
 
@@ -469,20 +553,24 @@ def _no_attribute(spec: Any, name: str) -> AttributeError:
     return AttributeError(f'{type(spec).__name__!r} object has no attribute {name!r}')
 
 
+def _subclasses(cls: type) -> list[type]:
+    """``cls``'s direct subclasses, the views made of it aside."""
+    found: list[type] = cls.__subclasses__()
+    return [sub for sub in found if not vars(sub).get(patching.SHARING)]
+
+
 def instrument(data_spec_cls: type, family: Family) -> None:
-    """Wrap ``DataSpec.__init__`` and the trainer's reads of its transform hooks for ``family``."""
+    """Wrap ``DataSpec.__init__`` for ``family``, and on 0.27+ its ``__setattr__`` (the trainer's reads go through the
+    loop's view, :func:`view_of`)."""
+    patching.forget_sharing()  # the views made for the family enabled before
     STATE.patches.patch(data_spec_cls, '__init__', functools.partial(_make_init, family=family))
     if family is Family.HOST:
-        lookup = functools.partial(make_lookup, names=HOOKS[family], serve=for_trainer, while_on=True)
-        STATE.patches.patch(data_spec_cls, '__getattribute__', lookup)
         return
-    for name in HOOKS[family]:
-        served = functools.partial(HookName, name=name, serve=for_trainer, while_on=True)
-        STATE.patches.patch(data_spec_cls, name, served)
-    classes: list[type] = data_spec_cls.__subclasses__()
+    STATE.patches.patch(data_spec_cls, '__setattr__', functools.partial(_make_setattr, names=HOOKS[family]))
+    classes: list[type] = _subclasses(data_spec_cls)
     while classes:  # one defined before enable() that keeps a name of its own
         cls = classes.pop()
         if _defined(cls):
             _serve_own_names(data_spec_cls, family)
             break
-        classes += cls.__subclasses__()
+        classes += _subclasses(cls)

@@ -1,16 +1,19 @@
-"""What Composer's trainer gets, with the shim on, when it reads a DataSpec's transform hook: a small callable bound
-to that DataSpec that runs the user's ``device_transforms`` on the device, at the DataSpec's stage. The hooks hold no
-copy of the transform: they are made at the trainer's read, from what ``spec.device_transforms`` resolves to then (an
-instance attribute, a subclass's method, a property), as 0.24.1's trainer read it at every batch. Every transform
-they run is called through the DataSpec's taps (:func:`compatshim.shim.notes.call`).
+"""What Composer's trainer gets, with the shim on, when it reads a DataSpec's transform hook through the loop's view
+(:func:`compatshim.shim.data_spec.view_of`): a small callable bound to that DataSpec and that loop's frame that runs
+the user's ``device_transforms`` on the device, at the DataSpec's stage. The hooks hold no copy of the transform:
+they are made at the trainer's read, from what ``spec.device_transforms`` resolves to then (an instance attribute, a
+subclass's method, a property), as 0.24.1's trainer read it at every batch; what they decide from it (whether
+Composer's own value runs at all) is decided then, once. Every transform they run is called through the DataSpec's
+taps (:func:`compatshim.shim.notes.call`).
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, Optional
 
 from compatshim.config.support import Family
-from compatshim.shim import loops
+from compatshim.shim.loops import LoopFrame
 from compatshim.shim.notes import TapsInside, call, holds, spec_name
 from compatshim.shim.registry import STATE
 
@@ -18,6 +21,7 @@ __all__ = ['BatchHook', 'MicrobatchHook', 'device_transforms_of']
 
 Batch = Any
 Transform = Callable[[Batch], Batch]
+_METHOD = types.MethodType
 
 
 def device_transforms_of(spec: Any) -> Optional[Transform]:
@@ -30,51 +34,71 @@ def device_transforms_of(spec: Any) -> Optional[Transform]:
         return None
 
 
+def _length(batch: Batch) -> Optional[int]:
+    return len(batch) if isinstance(batch, (list, tuple)) else None
+
+
 class BatchHook(TapsInside):
     """The batch-level hook: ``native`` (0.27+ ``batch_transforms``), then, at stage ``batch``, move + the transform.
 
     At stage batch it does what 0.24.1's trainer did, with a transform or without: the whole batch is moved,
-    ``state.batch`` becomes the moved batch, the transform runs on it, and the trainer's later moves in this step
-    (Composer's per-microbatch move) leave what it returned as it is.
+    ``state.batch`` becomes the moved batch, the transform runs on it, and the moves of ``state.batch`` later in this
+    step (Composer's per-microbatch move) leave what it returned as it is.
 
     Args:
         spec: The DataSpec whose hook the trainer read.
+        frame: The loop that read it.
         native: What Composer would have called here (``None`` on 0.25–0.26, which have no such transform).
         transform: ``spec.device_transforms`` as the trainer's read resolved it (0.25–0.26); 0.27+ read it at the call.
         stage: The DataSpec's stage at the trainer's read (:func:`compatshim.shim.notes.stage_of`).
     """
 
-    __slots__ = ('native', 'spec', 'stage', 'transform')
+    __slots__ = ('frame', 'host', 'native', 'spec', 'stage', 'transform')
 
-    def __init__(self, spec: Any, native: Optional[Transform], transform: Optional[Transform], stage: str) -> None:
-        self.spec, self.native, self.transform, self.stage = spec, native, transform, stage
+    def __init__(
+        self, spec: Any, frame: LoopFrame, native: Optional[Transform], transform: Optional[Transform], stage: str
+    ) -> None:
+        self.spec, self.frame, self.stage = spec, frame, stage
+        self.native = native if native is not None and holds(native) else None  # Composer's own identity: no call
+        self.transform = transform if holds(transform) else None
+        self.host = STATE.family is Family.HOST
 
     def __call__(self, batch: Batch) -> Batch:
-        spec, native = self.spec, self.native
-        frame = loops.current_frame()
-        if frame is not None:
-            frame.new_step()
-        if native is not None and holds(native):  # Composer's own identity needs no call
+        spec, native, frame = self.spec, self.native, self.frame
+        frame.passed, frame.reshaped = False, None  # a new step
+        if native is not None:
             batch = call(spec, 'batch_transforms', native, batch)
-        if frame is None:  # called by hand outside a loop
+        if frame.closed:  # called after its loop
             return batch
-        host = STATE.family is Family.HOST
-        if host and frame.mode == 'predict':  # 0.25–0.26 predict moved the whole batch first, once, as 0.24.1 did
+        if self.host and frame.mode == 'predict':  # 0.25–0.26 predict moved the whole batch first, as 0.24.1 did
             transform = self.transform
-            return call(spec, 'device_transforms', transform, batch) if holds(transform) else batch  # type: ignore[arg-type]
+            return batch if transform is None else call(spec, 'device_transforms', transform, batch)
         if self.stage == 'batch':
-            transform = self.transform if host else device_transforms_of(spec)
+            if self.host:
+                transform = self.transform
+            else:
+                try:
+                    transform = spec.device_transforms
+                except AttributeError:
+                    transform = None
+                if type(transform) is _METHOD and not holds(transform):
+                    transform = None
             moved = frame.device.batch_to_device(batch)
             if frame.state is not None:
                 frame.state.batch = moved  # 0.24.1 assigned the moved batch before calling the transform
-            out = call(spec, 'device_transforms', transform, moved) if holds(transform) else moved  # type: ignore[arg-type]
-            frame.moved(transform, spec, moved, out)
+            out = moved if transform is None else call(spec, 'device_transforms', transform, moved)
+            frame.passed = True
+            if frame._interposer is None:
+                frame.interpose()
+            if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
+                frame.reshaped = (transform, spec, type(moved), _length(moved), type(out), _length(out))
             return out
         transform = self.transform
-        if not host or not holds(transform):
+        if not self.host or transform is None:
             return batch  # 0.27+: the microbatch hook runs it after each move
-        assert transform is not None
-        frame.arm(spec, transform)
+        frame.armed, frame.armed_by, frame.whole = transform, spec, batch
+        if frame._interposer is None:
+            frame.interpose()
         return batch
 
     def __repr__(self) -> str:
@@ -87,27 +111,25 @@ class MicrobatchHook(TapsInside):
 
     Args:
         spec: The DataSpec whose hook the trainer read.
+        frame: The loop that read it.
         native: The DataSpec's own ``microbatch_transforms`` (``None``: none).
         stage: The DataSpec's stage at the trainer's read.
     """
 
-    __slots__ = ('native', 'spec', 'stage')
+    __slots__ = ('frame', 'native', 'spec', 'stage')
 
-    def __init__(self, spec: Any, native: Optional[Transform], stage: str) -> None:
-        self.spec, self.native, self.stage = spec, native, stage
+    def __init__(self, spec: Any, frame: LoopFrame, native: Optional[Transform], stage: str) -> None:
+        self.spec, self.frame, self.stage = spec, frame, stage
+        self.native = native if native is not None and holds(native) else None
 
     def __call__(self, microbatch: Batch) -> Batch:
         spec = self.spec
-        if self.stage == 'microbatch' and loops.current_frame() is not None:
+        if self.stage == 'microbatch' and not self.frame.closed:
             transform = device_transforms_of(spec)
             if holds(transform):
                 microbatch = call(spec, 'device_transforms', transform, microbatch)  # type: ignore[arg-type]
         native = self.native
-        return (
-            call(spec, 'microbatch_transforms', native, microbatch)
-            if native is not None and holds(native)
-            else microbatch
-        )
+        return microbatch if native is None else call(spec, 'microbatch_transforms', native, microbatch)
 
     def __repr__(self) -> str:
         return f'MicrobatchHook({spec_name(self.spec)}, native={self.native!r})'

@@ -3,11 +3,15 @@
 The trainer calls a ``DataSpec``'s batch-level transform with the batch alone; to move that batch the shim needs the
 trainer's own ``Device`` and ``State``. The patches of the Trainer's train, eval and predict loops (the shim's, and the
 monitor's watch while the shim is off) push a frame for each loop (eval inside ``fit`` nests) naming the DataSpec it
-runs; the hooks and the monitor read the innermost one. While a frame needs it, ``batch_to_device`` is interposed on
-the class of the trainer's device, above anything set on the instance (a profiler's wrapper, set before the fit or in
-the middle of it): after the shim moved a step's batch at stage batch, Composer's later moves of it in that step leave
-the batch as the transform returned it, without reaching the user's ``Device`` (0.24.1 moved each batch once, then
-split it); on 0.25–0.26 at stage microbatch, each of the loop's moves is followed by the transform.
+runs; the hooks and the monitor read it. With the shim on, the loop is decided once, when its frame opens: the trainer's
+own binding of that DataSpec (``trainer._train_data_spec``, the evaluator's ``dataloader``, ``predict``'s argument)
+is, for the loop, the DataSpec's *view* (:func:`compatshim.shim.data_spec.view_of`), which shares its ``__dict__`` and
+serves the hook names; so the trainer's reads are told from the user's by what they read through, never by walking
+frames. While a frame needs it, ``batch_to_device`` is interposed on the class of the trainer's device, above anything
+set on the instance (a profiler's wrapper, set before the fit or in the middle of it): after the shim moved a step's
+batch at stage batch, a move of ``state.batch`` in that step (the loop's per-microbatch move, an algorithm's) leaves it
+as the transform returned it, without reaching the user's ``Device`` (0.24.1 moved each batch once, then split it); on
+0.25–0.26 at stage microbatch, each move of a microbatch is followed by the transform.
 """
 
 from __future__ import annotations
@@ -15,17 +19,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Callable, Optional
 
+from compatshim.config.support import WITHOUT_SHIM, installed
+from compatshim.errors import CompatShimWarning
 from compatshim.shim import patching
 from compatshim.shim.notes import TRAINER_MODULE, call, kind, spec_name, transform_name
 from compatshim.shim.registry import STATE
 
-__all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame']
+__all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame', 'warn_if_running']
 
 Batch = Any
 
@@ -34,40 +42,37 @@ _local = threading.local()
 
 @dataclasses.dataclass(eq=False)
 class LoopFrame:
-    """One running loop: the trainer's device and state, the mode, the DataSpec it runs, the module whose reads and
-    moves are the loop's own, and what the shim did in the current step."""
+    """One running loop: the trainer's device and state, the mode, the DataSpec it runs, the view the trainer reads it
+    through, and what the shim did in the current step."""
 
     device: Any
     mode: str  # 'train' | 'eval' | 'predict'
     state: Any = None
     #: The DataSpec this loop runs (``None``: predict over a plain dataloader, whose DataSpec Composer builds bare).
     spec: Any = None
-    #: The module whose reads of a DataSpec's hooks, and whose moves, are this loop's (:func:`by_loop`).
+    #: The module whose reads of a DataSpec's hooks are this loop's while the shim is off (:func:`by_loop`).
     reader: str = TRAINER_MODULE
-    #: 0.25–0.26, stage microbatch: the transform run after each move by this frame's device, and its DataSpec.
+    #: What the trainer reads ``spec`` through in this loop while the shim is on (``None``: it reads ``spec``).
+    view: Any = None
+    #: 0.25–0.26, stage microbatch: the transform run after each move of a microbatch by this frame's device, its
+    #: DataSpec, and the step's whole batch (a move of it is an algorithm's, before the split: no transform).
     armed: Optional[Callable[[Batch], Batch]] = None
     armed_by: Any = None
+    whole: Any = None
     #: The hooks this loop's reads of its DataSpec's hook names were served, by name, with what each was made from
     #: (the value the read resolved to, the stage): made once, not at every read (``data_spec.for_trainer``).
     hooks: dict[str, tuple[Any, Optional[str], Any]] = dataclasses.field(default_factory=dict)
-    #: Stage batch: the shim moved this step's batch; the loop's later moves in the step leave it as it is.
+    #: Stage batch: the shim moved this step's batch; a move of ``state.batch`` later in the step leaves it as it is.
     passed: bool = False
-    #: Stage batch: the transform that changed its batch's structure in this step, both structures and its DataSpec,
-    #: noted on an error of Composer's readers of the batch in this step.
-    reshaped: Optional[tuple[str, str, str, str]] = None
+    #: Stage batch: the transform that changed its batch's structure in this step, its DataSpec, and both structures
+    #: (class, length), noted on an error of Composer's readers of the batch in this step.
+    reshaped: Optional[tuple[Any, Any, type, Optional[int], type, Optional[int]]] = None
+    #: The loop ended: its hooks, called again, leave a batch as the release would.
+    closed: bool = False
+    #: Armed: a move of :meth:`later` is under way (what it calls moves, and only moves).
+    moving: bool = False
     #: The interposer this frame uses on its device (shared by every frame of that device, on any thread).
     _interposer: Optional[_Interposer] = None
-
-    def new_step(self) -> None:
-        """A new batch reached the shim's hook: what the last step's did no longer applies."""
-        self.passed, self.reshaped = False, None
-
-    def moved(self, transform: Any, spec: Any, moved: Batch, out: Batch) -> None:
-        """Stage batch: the shim moved this step's batch and ran ``transform`` on it, which returned ``out``."""
-        self.passed = True
-        self._interpose()
-        if type(out) is not type(moved) or (isinstance(out, (list, tuple)) and len(out) != len(moved)):
-            self.reshaped = (transform_name(transform), kind(moved), kind(out), spec_name(spec))
 
     def note_error(self, exc: BaseException) -> None:
         """A note on ``exc`` where Composer's reader of a batch raised it in a step whose transform, at stage batch,
@@ -75,25 +80,42 @@ class LoopFrame:
         reader = _reader(exc) if self.reshaped is not None else None
         if reader is None:
             return
-        transform, before, after, spec = self.reshaped  # type: ignore[misc]
+        transform, spec, *structures = self.reshaped  # type: ignore[misc]
+        before, after = kind(*structures[:2]), kind(*structures[2:])
         returned = 'None (is a `return` missing?)' if after == 'None' else f'a {after}'
         text = (
-            f'compatshim: {reader} got what device_transforms {transform!r} of {spec} returned: {returned} for a '
-            f'batch that was a {before} (0.24.1 could not take it either). Return a structure it takes, or give the '
-            f'DataSpec a {reader} of your own.'
+            f'compatshim: {reader} got what device_transforms {transform_name(transform)!r} of {spec_name(spec)} '
+            f'returned: {returned} for a batch that was a {before} (0.24.1 could not take it either). Return a '
+            f'structure it takes, or give the DataSpec a {reader} of your own.'
         )
         if hasattr(exc, 'add_note'):
             exc.add_note(text)
         else:  # Python < 3.11, where tracebacks do not show them: ``__notes__`` alone
             exc.__notes__ = [*getattr(exc, '__notes__', ()), text]  # type: ignore[attr-defined]
 
-    def arm(self, spec: Any, transform: Callable[[Batch], Batch]) -> None:
-        """Run ``spec``'s ``transform`` (through its taps) after every move this frame's device makes until the frame
-        closes."""
-        self.armed, self.armed_by = transform, spec
-        self._interpose()
+    def later(self, move: Callable[[Batch], Batch], batch: Batch) -> Batch:
+        """A move by this frame's device in a step the shim moved (or armed), ``move`` being what the read would have
+        given: of ``state.batch`` (the loop's per-microbatch move, an algorithm's), it leaves the batch as the shim's
+        move and transform left it; armed, a microbatch's move is followed by the transform. Anything else (a
+        tensor of the user's own, a move in another loop, or one made inside this move: a wrapper on the device
+        instance that holds what its own read of the move gave) is ``move``."""
+        stack = _local.__dict__.get('stack')
+        state = self.state
+        if not stack or stack[-1] is not self or state is None or batch is not state.batch or self.moving:
+            return move(batch)
+        if self.passed:
+            return batch
+        self.moving = True
+        try:
+            moved = move(batch)
+        finally:
+            self.moving = False
+        if self.armed is None or batch is self.whole:
+            return moved
+        return call(self.armed_by, 'device_transforms', self.armed, moved)
 
-    def _interpose(self) -> None:
+    def interpose(self) -> None:
+        """Put the interposer on this frame's device's class (once per frame; one per class, shared)."""
         if self._interposer is not None:
             return
         cls = type(self.device)
@@ -110,6 +132,7 @@ class LoopFrame:
 
     def close(self) -> None:
         """The loop ended: its device's interposer goes once no frame (of any thread) uses it."""
+        self.closed = True
         interposer, self._interposer = self._interposer, None
         if interposer is not None:
             with STATE.lock:
@@ -144,10 +167,10 @@ def _reader(exc: BaseException) -> Optional[str]:
 class _Interposer:
     """``batch_to_device`` on the class of a trainer's ``Device`` while its frames need it: a data descriptor, so it is
     asked at every read, above whatever the instance holds (a wrapper set on it before the fit, or by a callback in
-    the middle of one), as 0.24.1's single move was. A read by Composer's code (the running loop's, an algorithm's) of
-    the innermost frame's device, in a step the shim moved or armed, gets a :class:`_Move` in front of what the read
-    would have given; every other read gets exactly that (an instance's own value, else the class's method), and
-    assignments and deletions go to the instance, as without it."""
+    the middle of one), as 0.24.1's single move was. A read of the innermost frame's device, in a step the shim moved
+    or armed, gets that frame's :meth:`LoopFrame.later` in front of what the read would have given; every other read
+    gets exactly that (an instance's own value, else the class's method), and assignments and deletions go to the
+    instance, as without it."""
 
     def __init__(self, owner: type) -> None:
         self.owner = owner
@@ -155,12 +178,11 @@ class _Interposer:
         #: at every read (a base's may be patched meanwhile).
         self.own = vars(owner).get('batch_to_device')
         self.bases = owner.__mro__[1:]
-        self.__wrapped__ = self.raw
         self.users = 0
         self.swapped: Optional[patching.Swap] = None
 
     @property
-    def raw(self) -> Any:
+    def __wrapped__(self) -> Any:
         """What the class's own lookup finds beneath this descriptor."""
         found, bases = self.own, iter(self.bases)
         while found is None:  # the nearest base's (one always has it: Composer's Device)
@@ -173,19 +195,19 @@ class _Interposer:
         if 'batch_to_device' in own and (cls is self.owner or patching.definer(cls, 'batch_to_device') is self.owner):
             move = own['batch_to_device']
         else:
-            raw = self.raw
+            raw = self.own
+            if raw is None:  # the nearest base's (one always has it: Composer's Device)
+                for base in self.bases:
+                    raw = base.__dict__.get('batch_to_device')
+                    if raw is not None:
+                        break
             get = getattr(type(raw), '__get__', None)
             move = raw if get is None else get(raw, device, owner)
-        frame = current_frame()
+        stack = _local.__dict__.get('stack')
+        frame = stack[-1] if stack else None
         if frame is None or frame.device is not device or not (frame.passed or frame.armed is not None):
             return move
-        reader: Optional[FrameType] = sys._getframe(1)
-        while reader is not None and reader.f_code.co_name in _LOOKUPS:
-            reader = reader.f_back
-        module = '' if reader is None else reader.f_globals.get('__name__', '')
-        if module == frame.reader:
-            return _Move(frame, move, True)
-        return _Move(frame, move, False) if module.startswith('composer.') else move
+        return functools.partial(frame.later, move)
 
     def __set__(self, device: Any, value: Any) -> None:
         vars(device)['batch_to_device'] = value
@@ -195,29 +217,6 @@ class _Interposer:
             del vars(device)['batch_to_device']
         except KeyError:
             raise AttributeError('batch_to_device') from None
-
-
-class _Move:
-    """What Composer's read of ``batch_to_device`` got in a step the shim moved (or armed): called in that step, the
-    loop's own move (``loop``), or an algorithm's move of ``state.batch``, leaves the batch as the shim's move and
-    transform left it; armed (0.25–0.26, stage microbatch), the loop's move is followed by the transform. Anything
-    else is the move the read would have given."""
-
-    __slots__ = ('frame', 'loop', 'move')
-
-    def __init__(self, frame: LoopFrame, move: Callable[[Batch], Batch], loop: bool) -> None:
-        self.frame, self.move, self.loop = frame, move, loop
-
-    def __call__(self, batch: Batch) -> Batch:
-        frame = self.frame
-        if frame is not current_frame():
-            return self.move(batch)
-        if frame.passed and (self.loop or (frame.state is not None and batch is frame.state.batch)):
-            return batch
-        moved = self.move(batch)
-        if frame.armed is None or not self.loop:
-            return moved
-        return call(frame.armed_by, 'device_transforms', frame.armed, moved)
 
 
 def _stack() -> list[LoopFrame]:
@@ -233,18 +232,17 @@ def current_frame() -> Optional[LoopFrame]:
     return stack[-1] if stack else None
 
 
-#: The names of the lookups a read may pass through on its way to the shim's (a subclass's, another library's).
+#: The names of the lookups a read may pass through on its way to the watch's (a subclass's, another library's).
 _LOOKUPS = frozenset({'__getattribute__', '__get__'})
 
 
-def by_loop(reader: Optional[str] = None) -> bool:
-    """Whether the attribute read (or the move) being served is the running loop's own: the first caller past
-    compatshim's own frames and any ``__getattribute__`` or ``__get__`` (a subclass's own lookup calling ``super()``,
-    another library's descriptor over the shim's) is in the loop's reader module (Composer's trainer; outside any loop
-    too), or ``reader`` where the caller has the running frame."""
-    if reader is None:
-        running = current_frame()
-        reader = TRAINER_MODULE if running is None else running.reader
+def by_loop() -> bool:
+    """Whether the attribute read being served is the running loop's own (the monitor's watch, while the shim is off):
+    the first caller past compatshim's own frames and any ``__getattribute__`` or ``__get__`` (a subclass's own
+    lookup calling ``super()``, another library's descriptor over the watch's) is in the loop's reader module
+    (Composer's trainer; outside any loop too)."""
+    running = current_frame()
+    reader = TRAINER_MODULE if running is None else running.reader
     frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None:
         name: str = frame.f_globals.get('__name__', '')
@@ -256,13 +254,25 @@ def by_loop(reader: Optional[str] = None) -> bool:
     return False
 
 
+#: What makes the view of a DataSpec a loop reads it through (the shim's :func:`compatshim.shim.data_spec.view_of`).
+View = Callable[[Any, LoopFrame], Any]
+
+
 @contextlib.contextmanager
 def loop_frame(
-    device: Any, mode: str, state: Any = None, spec: Any = None, reader: str = TRAINER_MODULE
+    device: Any,
+    mode: str,
+    state: Any = None,
+    spec: Any = None,
+    reader: str = TRAINER_MODULE,
+    view: Optional[View] = None,
 ) -> Iterator[LoopFrame]:
-    """Open a frame for one loop over ``spec``; it closes (and restores its device) however the loop ends. ``reader``:
-    the module that drives the loop (the bench's probe names its own)."""
+    """Open a frame for one loop over ``spec``; it closes (and restores its device) however the loop ends. With the
+    shim on, ``view`` makes the view of ``spec`` the loop's reads go through (:attr:`LoopFrame.view`); ``reader``: the
+    module that drives the loop, whose reads the monitor's watch serves while the shim is off (the bench's probe
+    names its own)."""
     frame = LoopFrame(device, mode, state, spec, reader)
+    _view(frame, view)
     stack = _stack()
     stack.append(frame)
     try:
@@ -276,36 +286,136 @@ def loop_frame(
 LOOPS: dict[str, str] = {'_train_loop': 'train', '_eval_loop': 'eval', 'predict': 'predict'}
 #: What the shim patches here.
 TARGETS = tuple(f'composer.trainer.trainer.Trainer.{name}' for name in LOOPS)
+#: Where each loop finds its DataSpec: the trainer's attribute (train), the parameter holding the evaluator (eval) or
+#: the DataSpec (predict), and its place among the positional arguments.
+_BINDINGS = {'train': ('_train_data_spec', -1), 'eval': ('evaluator', 0), 'predict': ('dataloader', 0)}
 
 
 def _spec_of(trainer: Any, mode: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The DataSpec a loop runs: the trainer's train DataSpec, the evaluator's, or the one ``predict()`` was given."""
     if mode == 'train':
         return getattr(trainer, '_train_data_spec', None)
-    given = args[0] if args else kwargs.get('evaluator' if mode == 'eval' else 'dataloader')
+    name, at = _BINDINGS[mode]
+    given = args[at] if len(args) > at else kwargs.get(name)
     spec = getattr(given, 'dataloader', None) if mode == 'eval' else given
     data_spec = getattr(sys.modules.get('composer.core.data_spec'), 'DataSpec', None)
     return spec if data_spec is not None and isinstance(spec, data_spec) else None
 
 
-def _make_loop(original: Callable[..., Any], record: patching.Patch, mode: str) -> Callable[..., Any]:
+def _bound(
+    trainer: Any, frame: LoopFrame, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], Callable[[], None]]:
+    """The loop's arguments with its binding of the DataSpec made the frame's view, and how to undo that."""
+    view, mode = frame.view, frame.mode
+    if mode == 'train':
+        trainer._train_data_spec = view
+
+        def undo() -> None:
+            if vars(trainer).get('_train_data_spec') is view:
+                trainer._train_data_spec = frame.spec
+
+        return args, kwargs, undo
+    name, at = _BINDINGS[mode]
+    given = args[at] if len(args) > at else kwargs[name]
+    bound = (
+        patching.sharing(given, {'dataloader': _Dataloader()}, _compatshim_dataloader=view) if mode == 'eval' else view
+    )
+    if len(args) > at:
+        return (*args[:at], bound, *args[at + 1 :]), kwargs, lambda: None
+    return args, {**kwargs, name: bound}, lambda: None
+
+
+def _view(frame: LoopFrame, view: Optional[View]) -> None:
+    """Give ``frame`` its view of its DataSpec, made by ``view`` while the shim is on (once)."""
+    if view is not None and frame.view is None and frame.spec is not None and STATE.stage is not None:
+        frame.view = view(frame.spec, frame)
+
+
+class _Dataloader:
+    """``dataloader`` on the evaluator the eval loop is given: the loop's view of its DataSpec (what is set there is
+    the evaluator's, whose ``__dict__`` it shares)."""
+
+    def __get__(self, evaluator: Any, owner: Optional[type] = None) -> Any:
+        return self if evaluator is None else evaluator._compatshim_dataloader
+
+    def __set__(self, evaluator: Any, value: Any) -> None:
+        object.__getattribute__(evaluator, '__dict__')['dataloader'] = value
+        object.__setattr__(evaluator, '_compatshim_dataloader', value)
+
+
+def _make_loop(
+    original: Callable[..., Any], record: patching.Patch, mode: str, view: Optional[View]
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def loop(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not record.active:
             return record.original(self, *args, **kwargs)
         state = self.state
-        with loop_frame(state.device, mode, state, _spec_of(self, mode, args, kwargs)) as frame:
+        running = current_frame()
+        if running is not None and running.state is state and running.mode == mode:  # the other patch set's frame
+            frame = running
+            opened: contextlib.AbstractContextManager[LoopFrame] = contextlib.nullcontext(running)
+            if frame.view is not None or view is None:
+                return record.original(self, *args, **kwargs)
+            _view(frame, view)
+        else:
+            opened = loop_frame(state.device, mode, state, _spec_of(self, mode, args, kwargs), view=view)
+        with opened as frame:
+            undo: Callable[[], None] = lambda: None  # noqa: E731
+            if frame.view is not None:
+                args, kwargs, undo = _bound(self, frame, args, kwargs)
             try:
                 return record.original(self, *args, **kwargs)
             except Exception as exc:
                 frame.note_error(exc)
                 raise
+            finally:
+                undo()
 
     return loop
 
 
-def instrument(trainer_cls: type, patches: patching.PatchSet) -> None:
-    """Wrap each loop of ``trainer_cls`` in a loop frame, in ``patches`` (the shim's, or the monitor's watch)."""
+def instrument(trainer_cls: type, patches: patching.PatchSet, view: Optional[View] = None) -> None:
+    """Wrap each loop of ``trainer_cls`` in a loop frame, in ``patches`` (the shim's, whose loops read their DataSpec
+    through what ``view`` makes, or the monitor's watch)."""
     for name, mode in LOOPS.items():
         if (trainer_cls, name) not in patches and hasattr(trainer_cls, name):
-            patches.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode))
+            patches.patch(trainer_cls, name, functools.partial(_make_loop, mode=mode, view=view))
+
+
+def warn_if_running(trainer_cls: type) -> None:
+    """Say once that ``enable()`` was called while one of ``trainer_cls``'s loops ran (a callback that enables the shim
+    at ``FIT_START``, a fit started in a notebook before it): that loop runs as the release does, never with its
+    transform silently dropped; the next loop opens with the shim. The one look at the stack: at ``enable()``."""
+    codes = {}
+    for name, mode in LOOPS.items():
+        found = inspect.unwrap(getattr(trainer_cls, name, _none))  # beneath the patches' wrappers
+        if hasattr(found, '__code__'):
+            codes[found.__code__] = mode
+    running = [
+        frame
+        for top in sys._current_frames().values()
+        for frame in _callers(top)
+        if frame.f_code in codes
+    ]  # fmt: skip
+    if not running or 'loop-running' in STATE.warned:
+        return
+    STATE.warned.add('loop-running')
+    warnings.warn(
+        f'compatshim: enable() was called while a Composer {codes[running[0].f_code]} loop was running: until that '
+        f'loop ends it runs as Composer {installed("mosaicml")} does ({WITHOUT_SHIM[STATE.family]}); the next fit, '
+        'eval or predict runs it on the device. Call enable() before the Trainer runs (or start the job with '
+        'compatshim run).',
+        CompatShimWarning,
+        stacklevel=4,
+    )
+
+
+def _none() -> None:
+    """Stands in for a loop ``trainer_cls`` does not have."""
+
+
+def _callers(frame: Optional[FrameType]) -> Iterator[FrameType]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back

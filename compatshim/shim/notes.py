@@ -63,13 +63,14 @@ def transform_name(transform: Any) -> str:
         return type(transform).__qualname__
 
 
-def kind(batch: Any) -> str:
-    """A batch's structure in words: ``tensor``, ``tuple of 2``, ``dict``, ``Record`` (read past its attributes)."""
-    if type(batch).__module__.startswith('torch') and hasattr(type(batch), 'shape'):
+def kind(cls: type, length: Optional[int] = None) -> str:
+    """A batch's structure in words, from its class and (a list's or tuple's) length: ``tensor``, ``tuple of 2``,
+    ``dict``, ``Record`` (read past its attributes)."""
+    if cls.__module__.startswith('torch') and hasattr(cls, 'shape'):
         return 'tensor'
-    if isinstance(batch, (list, tuple)):
-        return f'{type(batch).__name__} of {len(batch)}'
-    return 'None' if batch is None else type(batch).__name__
+    if length is not None:
+        return f'{cls.__name__} of {length}'
+    return 'None' if cls is type(None) else cls.__name__
 
 
 def holds(value: Any) -> bool:

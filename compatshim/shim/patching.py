@@ -28,6 +28,7 @@ import dataclasses
 import inspect
 import types
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 from compatshim.errors import CompatShimWarning
@@ -247,3 +248,32 @@ def describe(obj: Any) -> str:
     module = getattr(obj, '__module__', None) or type(obj).__module__
     name = getattr(obj, '__qualname__', None) or type(obj).__qualname__
     return f'{module}.{name}'
+
+
+#: Marks the classes :func:`sharing` makes (never a user's).
+SHARING = '_compatshim_view'
+#: The class :func:`sharing` made for each class (weakly: a user's class may go).
+_SHARING: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def sharing(obj: Any, namespace: dict[str, Any], **slots: Any) -> Any:
+    """An object that shares ``obj``'s ``__dict__`` (what is set on one is set on the other), of a subclass of its
+    class named as it is (an ``isinstance`` of each of its classes) holding ``namespace`` (made once per class, with
+    the first ``namespace`` given), with ``slots`` of its own set."""
+    cls = type(obj)
+    made = _SHARING.get(cls)
+    if made is None:
+        body = {**namespace, '__slots__': tuple(slots), SHARING: True}
+        body.update(__module__=cls.__module__, __qualname__=cls.__qualname__)
+        meta: Any = type(cls)
+        made = _SHARING[cls] = meta(cls.__name__, (cls,), body)
+    view: Any = object.__new__(made)
+    object.__setattr__(view, '__dict__', object.__getattribute__(obj, '__dict__'))
+    for name, value in slots.items():
+        object.__setattr__(view, name, value)
+    return view
+
+
+def forget_sharing() -> None:
+    """Forget the classes :func:`sharing` made (their namespaces were for the family enabled before)."""
+    _SHARING.clear()

@@ -255,17 +255,30 @@ class Traced:
         self.__wrapped__.__set__(spec, value)
 
 
-@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the shim serves the hook names by descriptors')
-def test_a_descriptor_over_the_shims_hook_name_is_seen_through() -> None:
-    """Another library's descriptor put over the shim's ``batch_transforms`` (its ``__get__`` between the trainer and
-    the shim's): the trainer's read is still the trainer's, and the transform runs on the device."""
+class InDict:
+    """A plain data descriptor for ``name`` over the instance's own ``__dict__``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, spec: Any, owner: Any = None) -> Any:
+        return self if spec is None else vars(spec)[self.name]
+
+    def __set__(self, spec: Any, value: Any) -> None:
+        vars(spec)[self.name] = value
+
+
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones Composer reads by name')
+def test_a_descriptor_on_the_hook_name_is_seen_through() -> None:
+    """Another library's descriptor put on ``DataSpec.batch_transforms`` after ``enable()`` (a tracer's, over the
+    instance's value): the trainer's read through the loop's view still passes through it, and the transform runs on
+    the device."""
     from composer.core import DataSpec
 
     compatshim.enable()
-    ours = vars(DataSpec)['batch_transforms']
-    traced = Traced(ours)
+    traced = Traced(InDict('batch_transforms'))
     DataSpec.batch_transforms = traced
     try:
         assert _one_step() == 'device' and traced.reads
     finally:
-        DataSpec.batch_transforms = ours
+        del DataSpec.batch_transforms
