@@ -1008,3 +1008,28 @@ def test_placement_is_read_from_the_move_only_where_the_move_is_composers_own() 
     assert counter.placement(own.batch_to_device(batch)) == 'mixed'
     assert counter.placement(own.batch_to_device([])) == 'empty'
     counter.remove()
+
+
+def test_tensor_subclasses_and_a_partly_moved_batch_are_counted_exactly() -> None:
+    """The counter reads a move's tensors in C passes, past a subclass's ``__torch_function__`` (torchvision's
+    tv_tensors): bytes by dtype and placement as a hand count says, a tensor already on the device counted as no byte,
+    and a tensor moved on its own (outside a batch's move) counted too."""
+    from torchvision import tv_tensors
+
+    from compatshim.observe.recorder import MoveCounter
+
+    device = make_device()
+    batch = _detection_batch(DETECTION_SAMPLES, 1)
+    for sample in batch:
+        sample['image'] = tv_tensors.Image(sample['image'].reshape(1, 2, 2))
+        sample['boxes'] = tv_tensors.BoundingBoxes(sample['boxes'], format='XYXY', canvas_size=(8, 8))
+    counter = MoveCounter().install(device)
+    moved = device.batch_to_device(batch)
+    assert counter.placement(moved) == 'device'
+    partly = [{**moved[0], 'labels': batch[0]['labels']}, *batch[1:]]  # the first sample's image and boxes moved
+    device.batch_to_device(partly)
+    device.tensor_to_device(torch.ones(3, dtype=torch.float64))
+    host = [{'labels': batch[0]['labels']}, *batch[1:]]
+    by_hand = sum((collections.Counter(_by_hand(b)) for b in (batch, host)), collections.Counter(float64=24))
+    assert counter.take() == dict(sorted(by_hand.items(), key=lambda kv: -kv[1]))
+    counter.remove()
