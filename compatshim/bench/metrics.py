@@ -16,7 +16,8 @@ from compatshim.config.support import DEVICES, Family
 from compatshim.observe.placement import Word
 
 __all__ = [
-    'COMPARABLE_BY', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric', 'tensors_of'
+    'COMPARABLE_BY', 'IDIOMS', 'LEGS', 'METRICS', 'PIPELINE_COMPARABLE_BY', 'Gate', 'Leg', 'Metric', 'metric',
+    'tensors_of',
 ]  # fmt: skip
 
 #: Composer's own ``batch_transforms`` and ``microbatch_transforms`` exist from 0.27.0.
@@ -59,17 +60,24 @@ REFERENCE_LEGS: tuple[str, ...] = tuple(name for name in LEGS if name != 'ceilin
 #: The detection-style batches the probes also run on (a list of per-sample dicts: an image, its boxes, their labels;
 #: three tensors a sample), by samples: the last is gated, all show how a cost grows with the tensors of a batch.
 SAMPLES: tuple[int, ...] = (1, 16, 64, 256)
+#: The transform idioms the monitor's probe also runs, as ``monitor@<samples>/<idiom>``, on the gated detection-style
+#: batch with uint8 images (the probes above run a transform that returns its batch): one that keeps its containers
+#: (each sample's image replaced in its own dict), one that builds new ones (a list of new dicts), a torchvision v2
+#: one (``ToDtype`` on tv_tensors, which rebuilds every container).
+IDIOMS: tuple[str, ...] = ('in-place', 'rebuilt', 'v2')
 #: The overhead probes (:mod:`compatshim.bench.reference`): each path on the image batch of the workload, then
-#: ``<path>@<samples>`` on a detection-style batch (the hook at stage microbatch on the gated one only).
+#: ``<path>@<samples>`` on a detection-style batch (the hook at stage microbatch on the gated one only), then the
+#: monitor on the gated one with each idiom.
 PROBES: tuple[str, ...] = (
     'hook-batch', 'hook-microbatch', 'monitor',
     *(f'{path}@{n}' for n in SAMPLES for path in ('hook-batch', 'monitor')), f'hook-microbatch@{SAMPLES[-1]}',
+    *(f'monitor@{SAMPLES[-1]}/{idiom}' for idiom in IDIOMS),
 )  # fmt: skip
 
 
 def tensors_of(probe: str) -> int:
     """How many tensors the batch of ``probe`` holds: the image batch two, a detection-style batch three a sample."""
-    _, _, samples = probe.partition('@')
+    samples = probe.partition('@')[2].partition('/')[0]
     return 3 * int(samples) if samples else 2
 
 
@@ -160,6 +168,10 @@ DETECTION_COSTS: tuple[tuple[str, tuple[Metric, ...]], ...] = (
     ('monitor, one train step', _beyond('monitor', '', f'monitor@{SAMPLES[-1]}', rule.MONITOR_BEYOND, Gate.ALWAYS,
                                         'monitor / move, det.')),
 )  # fmt: skip
+#: The monitor on the gated detection-style batch with each transform idiom (:data:`IDIOMS`): gated beyond the move.
+IDIOM_COSTS: tuple[Metric, ...] = tuple(
+    metric for idiom in IDIOMS for metric in _beyond(
+        'monitor', f' ({idiom})', f'monitor@{SAMPLES[-1]}/{idiom}', rule.MONITOR_BEYOND, Gate.ALWAYS, ''))  # fmt: skip
 _DETECTED = {metric.id: metric for _, cost in DETECTION_COSTS for metric in cost}
 #: How the move (the monitor probe's direct path), the hook and the monitor grow with a detection-style batch.
 GROWTH: tuple[tuple[int, tuple[Metric, ...]], ...] = tuple(
@@ -177,6 +189,7 @@ METRICS: tuple[Metric, ...] = (
     _ratio('shim-microbatch', 'native-microbatch', Gate.AFFECTED),
     *(metric for _, cost in COSTS for metric in cost),
     *(metric for _, cost in DETECTION_COSTS for metric in cost),
+    *IDIOM_COSTS,
     *(metric for _, grown in GROWTH for metric in grown if metric.id not in _DETECTED),
     *(Metric(f'bytes per step (recipe {name})', rule.BYTES, SampleSource(name, recipe=True), Gate.AFFECTED,
              title=f'recipe bytes ({t})') for name, t in (('shim-batch', 'shim-batch'), ('shim-microbatch', 'mb'))),

@@ -16,7 +16,9 @@ it:
 
 Each runs on the workload's image batch and, as ``<probe>@<samples>``, on detection-style batches
 (:data:`~compatshim.bench.metrics.SAMPLES`: a list of per-sample dicts, three tensors a sample), one sample a round,
-its calls fewer as its batch holds more tensors (:func:`calls`).
+its calls fewer as its batch holds more tensors (:func:`calls`). On the largest, the monitor also runs, as
+``monitor@<samples>/<idiom>``, each transform idiom users write (:data:`~compatshim.bench.metrics.IDIOMS`,
+:func:`transform_of`): the move, and the same idiom in both paths, in the same rounds.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     'planted_hook_delay',
     'planted_tensor_delay',
     'samples_per_round',
+    'transform_of',
 ]
 
 #: Samples each overhead probe takes per round (after the round's windows) on the image batch; on a detection-style
@@ -79,16 +82,52 @@ def samples_per_round(name: str) -> int:
 
 def batch_of(name: str) -> Any:
     """The batch probe ``name`` runs on: the image batch (4 images of 3x8x8, their labels), or a detection-style batch
-    of ``<samples>`` per-sample dicts (a 3x8x8 image, two boxes, their labels)."""
-    _, _, samples = name.partition('@')
+    of ``<samples>`` per-sample dicts (a 3x8x8 image, two boxes, their labels); with an idiom (``/<idiom>``) the images
+    are uint8, as a detection loader gives them, and for ``v2`` image and boxes are torchvision's tv_tensors."""
+    samples, _, idiom = name.partition('@')[2].partition('/')
     gen = torch.Generator().manual_seed(0)
     if not samples:
         return [torch.rand(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)]
-    return [
-        {'image': torch.rand(3, 8, 8, generator=gen), 'boxes': torch.rand(2, 4, generator=gen),
+    batch = [
+        {'image': torch.randint(0, 256, (3, 8, 8), generator=gen, dtype=torch.uint8) if idiom else
+         torch.rand(3, 8, 8, generator=gen), 'boxes': torch.rand(2, 4, generator=gen),
          'labels': torch.randint(0, 5, (2,), generator=gen)}
         for _ in range(int(samples))
     ]  # fmt: skip
+    if idiom == 'v2':
+        from torchvision import tv_tensors  # type: ignore[import-not-found]
+
+        for sample in batch:
+            sample['image'] = tv_tensors.Image(sample['image'])
+            sample['boxes'] = tv_tensors.BoundingBoxes(sample['boxes'] * 8, format='XYXY', canvas_size=(8, 8))
+    return batch
+
+
+def _in_place(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The idiom that keeps its containers: each sample's image, as floats in [0, 1], put back in its own dict."""
+    for sample in batch:
+        sample['image'] = sample['image'].float().div_(255)
+    return batch
+
+
+def _rebuilt(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The idiom that builds new containers: a new dict per sample, around the image as floats in [0, 1]."""
+    return [{'image': s['image'].float().div_(255), 'boxes': s['boxes'], 'labels': s['labels']} for s in batch]
+
+
+def _v2() -> Callable[[Any], Any]:
+    """The torchvision v2 idiom: ``ToDtype`` of the images to floats in [0, 1], the rest passed through (v2 flattens
+    the batch and builds every container again)."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2  # type: ignore[import-not-found]
+
+    return v2.ToDtype({tv_tensors.Image: torch.float32, 'others': None}, scale=True)  # type: ignore[no-any-return]
+
+
+def transform_of(name: str) -> Callable[[Any], Any]:
+    """The transform probe ``name`` runs (its idiom's; without one, a transform that returns its batch)."""
+    idiom = name.partition('@')[2].partition('/')[2]
+    return _v2() if idiom == 'v2' else {'in-place': _in_place, 'rebuilt': _rebuilt}.get(idiom, _same)
 
 
 #: The events Composer runs for every callback in one train step of one microbatch, in order.
@@ -316,14 +355,15 @@ def _probes(on: Accelerator, affected: bool) -> Iterator[list[Probe]]:
 def make_probe(
     name: str,
     on: Accelerator,
-    transform: Callable[[Any], Any] = _same,
+    transform: Optional[Callable[[Any], Any]] = None,
     make_device: Optional[Callable[[], Any]] = None,
     shared: Optional[dict[str, Any]] = None,
 ) -> Probe:
     """The probe ``name`` (``hook-batch``, ``hook-microbatch`` or ``monitor``, each optionally ``@<samples>``:
-    :func:`batch_of`) on ``on``, both paths calling ``transform``, on devices from ``make_device`` (default: Composer's
-    own for ``on``). A hook probe needs the shim enabled when it is made and while it is sampled. Monitor probes given
-    the same ``shared`` dict share one Trainer (closed with the last of them)."""
+    :func:`batch_of`; the monitor's also ``/<idiom>``) on ``on``, both paths calling ``transform`` (default: the probe's
+    own, :func:`transform_of`), on devices from ``make_device`` (default: Composer's own for ``on``). A hook probe needs
+    the shim enabled when it is made and while it is sampled. Monitor probes of one transform given the same ``shared``
+    dict share one Trainer (closed with the last of them)."""
     from composer.core import DataSpec
 
     path_name = name.partition('@')[0]
@@ -331,6 +371,7 @@ def make_probe(
         raise ValueError(f'no probe {name!r}; choose one of {", ".join(PROBES)}')
     make = make_device or on.composer_device
     batch, plain = batch_of(name), make()
+    transform = transform_of(name) if transform is None else transform
 
     def direct() -> Any:
         return transform(plain.batch_to_device(batch))
@@ -381,6 +422,7 @@ def _monitor_probe(
 ) -> Probe:
     from composer.core import Event
 
+    shared = shared.setdefault(name.partition('/')[2], {})  # one Trainer per idiom: its DataSpec holds the transform
     if 'trainer' not in shared:
         shared.update(_monitored_trainer(make(), transform), users=0)
     shared['users'] += 1
