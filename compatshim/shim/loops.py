@@ -327,8 +327,21 @@ def _bound(
 
 def _view(frame: LoopFrame, view: Optional[View]) -> None:
     """Give ``frame`` its view of its DataSpec, made by ``view`` while the shim is on (once)."""
-    if view is not None and frame.view is None and frame.spec is not None and STATE.stage is not None:
+    if view is None or frame.view is not None or frame.spec is None or STATE.stage is None:
+        return
+    try:
         frame.view = view(frame.spec, frame)
+    except Exception as exc:  # noqa: BLE001  (a class that refuses a subclass: its __init_subclass__, its metaclass)
+        key = f'no-view:{type(frame.spec).__qualname__}'
+        if key not in STATE.warned:
+            STATE.warned.add(key)
+            warnings.warn(
+                f'compatshim: {type(frame.spec).__qualname__} refuses the subclass the shim reads it through '
+                f'({type(exc).__name__}: {exc}): its loops run as Composer {installed("mosaicml")} does '
+                f'({WITHOUT_SHIM[STATE.family]}).',
+                CompatShimWarning,
+                stacklevel=4,
+            )
 
 
 class _Dataloader:

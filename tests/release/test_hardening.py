@@ -321,3 +321,31 @@ def test_a_loops_reads_of_the_hook_names_make_no_object_per_batch(monkeypatch: p
     spec.batch_transforms = spec.microbatch_transforms = ['flip', 'crop']
     t.fit(train_dataloader=spec, duration='1ep')
     assert sum(made.values()) <= 2, f'hooks made for a subclass-style value over 12 batches: {dict(made)}'
+
+
+@NEEDS_PATCH
+def test_a_class_that_refuses_subclasses_runs_as_the_release_and_says_so() -> None:
+    """A DataSpec subclass whose ``__init_subclass__`` refuses any subclass (a 'final' class): the shim cannot make
+    the view the trainer reads it through; the fit runs as the release does (0.25–0.26: on the host; 0.27+: never
+    called), and a notice names the class, once."""
+    import warnings
+
+    from composer.core import DataSpec
+
+    from compatshim.errors import CompatShimWarning
+
+    class Final(DataSpec):  # type: ignore[misc]
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            raise TypeError('Final is final')
+
+    compatshim.enable()
+    probe = Probe()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for _ in range(2):
+            trainer(make_device(), train_dataloader=Final(loader(16, 8), device_transforms=probe), max_duration='1ep')[
+                0
+            ].fit()
+    said = [str(w.message) for w in caught if issubclass(w.category, CompatShimWarning) and 'refuses' in str(w.message)]
+    assert len(said) == 1 and 'Final' in said[0], said
+    assert [call.placement for call in probe.calls] == (['host'] * 4 if FAMILY is Family.HOST else [])
