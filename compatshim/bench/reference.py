@@ -401,10 +401,11 @@ def make_probe(
     # microbatch the batch hook arms the loop frame, which puts the move-then-transform on the device instance.
     def path() -> Any:
         opened, view = bound
-        state.batch = getattr(view, hook)(batch)
+        state.batch = batch
+        state.batch = getattr(view, hook)(state.batch)
         for reader in ('get_num_samples_in_batch', 'get_num_tokens_in_batch', 'split_batch'):
             getattr(view, reader)
-        opened.whole = None  # the trainer's split makes new microbatches: none is the step's whole batch
+        opened.split_ids = frozenset((id(state.batch),))  # the trainer's split: the batch is the one microbatch
         state.batch = device.batch_to_device(state.batch)
         return state.batch if host else view.microbatch_transforms(state.batch)
 

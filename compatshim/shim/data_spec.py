@@ -326,7 +326,7 @@ class Served:
     def __get__(self, view: Any, owner: Optional[type] = None) -> Any:
         if view is None:
             return self
-        spec, frame, name = view._compatshim_spec, view._compatshim_frame, self.name
+        spec, frame, name = view._compatshim_of, view._compatshim_frame, self.name
         mine: dict[str, Any] = object.__getattribute__(spec, '__dict__')
         if self.host:
             try:
@@ -348,10 +348,28 @@ class Served:
         return for_trainer(spec, name, value, frame)
 
     def __set__(self, view: Any, value: Any) -> None:
-        setattr(view._compatshim_spec, self.name, value)
+        setattr(view._compatshim_of, self.name, value)
 
     def __delete__(self, view: Any) -> None:
-        delattr(view._compatshim_spec, self.name)
+        delattr(view._compatshim_of, self.name)
+
+
+class _Split:
+    """``split_batch`` on a view (0.25–0.26): the DataSpec's own; in an armed step (stage microbatch) called through
+    the frame, which keeps what it returned, the microbatches whose moves the transform follows."""
+
+    def __get__(self, view: Any, owner: Optional[type] = None) -> Any:
+        if view is None:
+            return self
+        split = getattr(view._compatshim_of, 'split_batch')  # noqa: B009
+        frame = view._compatshim_frame
+        return split if frame.armed is None else functools.partial(frame.split, split)
+
+    def __set__(self, view: Any, value: Any) -> None:
+        view._compatshim_of.split_batch = value
+
+    def __delete__(self, view: Any) -> None:
+        del view._compatshim_of.split_batch
 
 
 def _looked_up(spec: Any, name: str) -> Any:
@@ -381,10 +399,10 @@ def view_of(spec: Any, frame: LoopFrame) -> Any:
         base = sys.modules['composer.core.data_spec'].DataSpec
         special = {name: 'looked up' for name in HOOKS[family] if _library_descriptor(base, name)}
         special.update(dict.fromkeys(_defined(type(spec)), 'own'))
-    served = {name: Served(name, host) for name in HOOKS[family]}
-    return patching.sharing(
-        spec, served, _compatshim_spec=spec, _compatshim_frame=frame, _compatshim_special=special
-    )  # fmt: skip
+    served: dict[str, Any] = {name: Served(name, host) for name in HOOKS[family]}
+    if host:
+        served['split_batch'] = _Split()
+    return patching.sharing(spec, served, _compatshim_frame=frame, _compatshim_special=special)
 
 
 #: What the shim notes of a DataSpec, by identity (a subclass may define ``__eq__`` and so not hash), while it lives:

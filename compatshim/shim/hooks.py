@@ -65,11 +65,12 @@ class BatchHook(TapsInside):
 
     def __call__(self, batch: Batch) -> Batch:
         spec, native, frame = self.spec, self.native, self.frame
+        state = frame.state
+        if frame.closed or (state is not None and batch is not state.batch):  # after its loop; or not the loop's
+            return self.plain(batch)  # call (user code holding the trainer's binding): the transforms, as they are
         frame.passed, frame.reshaped = False, None  # a new step
         if native is not None:
             batch = call(spec, 'batch_transforms', native, batch)
-        if frame.closed:  # called after its loop
-            return batch
         if self.host and frame.mode == 'predict':  # 0.25–0.26 predict moved the whole batch first, as 0.24.1 did
             transform = self.transform
             return batch if transform is None else call(spec, 'device_transforms', transform, batch)
@@ -96,10 +97,17 @@ class BatchHook(TapsInside):
         transform = self.transform
         if not self.host or transform is None:
             return batch  # 0.27+: the microbatch hook runs it after each move
-        frame.armed, frame.armed_by, frame.whole = transform, spec, batch
+        frame.armed, frame.armed_by, frame.microbatches, frame.split_ids = transform, spec, (), frozenset()
         if frame._interposer is None:
             frame.interpose()
         return batch
+
+    def plain(self, batch: Batch) -> Batch:
+        """What the hook's transforms do to ``batch`` where it moves nothing: Composer's own, then the user's."""
+        if self.native is not None:
+            batch = call(self.spec, 'batch_transforms', self.native, batch)
+        transform = self.transform if self.host else device_transforms_of(self.spec)
+        return batch if not holds(transform) else call(self.spec, 'device_transforms', transform, batch)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f'BatchHook({spec_name(self.spec)}, transform={self.transform!r}, native={self.native!r})'

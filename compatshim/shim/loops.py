@@ -54,11 +54,12 @@ class LoopFrame:
     reader: str = TRAINER_MODULE
     #: What the trainer reads ``spec`` through in this loop while the shim is on (``None``: it reads ``spec``).
     view: Any = None
-    #: 0.25–0.26, stage microbatch: the transform run after each move of a microbatch by this frame's device, its
-    #: DataSpec, and the step's whole batch (a move of it is an algorithm's, before the split: no transform).
+    #: 0.25–0.26, stage microbatch: the transform run after each move of one of the step's microbatches by this
+    #: frame's device, its DataSpec, and the microbatches the step's split returned (kept: their ids stay theirs).
     armed: Optional[Callable[[Batch], Batch]] = None
     armed_by: Any = None
-    whole: Any = None
+    microbatches: Any = ()
+    split_ids: frozenset[int] = frozenset()
     #: The hooks this loop's reads of its DataSpec's hook names were served, by name, with what each was made from
     #: (the value the read resolved to, the stage): made once, not at every read (``data_spec.for_trainer``).
     hooks: dict[str, tuple[Any, Optional[str], Any]] = dataclasses.field(default_factory=dict)
@@ -71,6 +72,8 @@ class LoopFrame:
     closed: bool = False
     #: Armed: a move of :meth:`later` is under way (what it calls moves, and only moves).
     moving: bool = False
+    #: The loop this frame is for has begun (a loop of the same mode inside it opens a frame of its own).
+    entered: bool = False
     #: The interposer this frame uses on its device (shared by every frame of that device, on any thread).
     _interposer: Optional[_Interposer] = None
 
@@ -110,9 +113,15 @@ class LoopFrame:
             moved = move(batch)
         finally:
             self.moving = False
-        if self.armed is None or batch is self.whole:
-            return moved
+        if self.armed is None or id(batch) not in self.split_ids:
+            return moved  # an algorithm's move of the whole batch, before the split; a callback's of a moved one
         return call(self.armed_by, 'device_transforms', self.armed, moved)
+
+    def split(self, split: Callable[..., Any], batch: Batch, *args: Any, **kwargs: Any) -> Any:
+        """Armed: the step's split, whose microbatches this frame's moves of are followed by the transform."""
+        microbatches = split(batch, *args, **kwargs)
+        self.microbatches, self.split_ids = microbatches, frozenset(map(id, microbatches))
+        return microbatches
 
     def interpose(self) -> None:
         """Put the interposer on this frame's device's class (once per frame; one per class, shared)."""
@@ -206,6 +215,8 @@ class _Interposer:
         stack = _local.__dict__.get('stack')
         frame = stack[-1] if stack else None
         if frame is None or frame.device is not device or not (frame.passed or frame.armed is not None):
+            return move
+        if STATE.stage is None:  # disable() in the middle of the loop: Composer's own moves from now on
             return move
         return functools.partial(frame.later, move)
 
@@ -365,10 +376,11 @@ def _make_loop(
             return record.original(self, *args, **kwargs)
         state = self.state
         running = current_frame()
-        if running is not None and running.state is state and running.mode == mode:  # the other patch set's frame
-            frame = running
+        if running is not None and running.state is state and running.mode == mode and not running.entered:
+            frame = running  # the other patch set's wrapper's frame, opened around this one
             opened: contextlib.AbstractContextManager[LoopFrame] = contextlib.nullcontext(running)
             if frame.view is not None or view is None:
+                frame.entered = not getattr(record.original, '_compatshim_loop', False)
                 return record.original(self, *args, **kwargs)
             _view(frame, view)
         else:
@@ -377,6 +389,7 @@ def _make_loop(
             undo: Callable[[], None] = lambda: None  # noqa: E731
             if frame.view is not None:
                 args, kwargs, undo = _bound(self, frame, args, kwargs)
+            frame.entered = not getattr(record.original, '_compatshim_loop', False)  # not yet: the other's wrapper
             try:
                 return record.original(self, *args, **kwargs)
             except Exception as exc:
@@ -385,6 +398,7 @@ def _make_loop(
             finally:
                 undo()
 
+    loop._compatshim_loop = True  # type: ignore[attr-defined]
     return loop
 
 

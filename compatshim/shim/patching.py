@@ -24,6 +24,7 @@ Imports nothing heavy.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import types
@@ -252,23 +253,53 @@ def describe(obj: Any) -> str:
 
 #: Marks the classes :func:`sharing` makes (never a user's).
 SHARING = '_compatshim_view'
-#: The class :func:`sharing` made for each class (weakly: a user's class may go).
-_SHARING: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+#: The class :func:`sharing` made for each class, weakly both ways (a user's class may go, and what was made for it).
+_SHARING: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
+
+
+def _plain_base(cls: type) -> type:
+    """The nearest class of ``cls``'s MRO that can be subclassed without running anyone's code: none of its classes
+    defines ``__init_subclass__`` (a registry's, a 'final' class's) and its metaclass is ``type``."""
+    for k in cls.__mro__:
+        if type(k) is type and not any('__init_subclass__' in vars(b) for b in k.__mro__[:-1]):
+            return k
+    return object
+
+
+def _itself(obj: Any) -> Any:
+    """What a pickled view unpickles as: the object it was a view of."""
+    return obj
+
+
+def _forward(view: Any, name: str) -> Any:
+    return getattr(object.__getattribute__(view, '_compatshim_of'), name)
 
 
 def sharing(obj: Any, namespace: dict[str, Any], **slots: Any) -> Any:
     """An object that shares ``obj``'s ``__dict__`` (what is set on one is set on the other), of a subclass of its
     class named as it is (an ``isinstance`` of each of its classes) holding ``namespace`` (made once per class, with
-    the first ``namespace`` given), with ``slots`` of its own set."""
+    the first ``namespace`` given), with ``slots`` of its own set and ``_compatshim_of`` (``obj``). A class whose
+    subclassing runs code (its ``__init_subclass__``, a metaclass) is never subclassed: the object's class derives from
+    the nearest base that is not, and forwards what it lacks to ``obj``. Copied or pickled, it is ``obj``."""
     cls = type(obj)
-    made = _SHARING.get(cls)
+    held = _SHARING.get(cls)
+    made = None if held is None else held()
     if made is None:
-        body = {**namespace, '__slots__': tuple(slots), SHARING: True}
+        base = _plain_base(cls)
+        body = {
+            **namespace, '__slots__': ('_compatshim_of', *slots), SHARING: True,
+            '__reduce_ex__': lambda view, protocol: (_itself, (view._compatshim_of,)),
+            '__copy__': lambda view: copy.copy(view._compatshim_of),
+            '__deepcopy__': lambda view, memo: copy.deepcopy(view._compatshim_of, memo),
+        }  # fmt: skip
+        if base is not cls:
+            body['__getattr__'] = _forward
         body.update(__module__=cls.__module__, __qualname__=cls.__qualname__)
-        meta: Any = type(cls)
-        made = _SHARING[cls] = meta(cls.__name__, (cls,), body)
+        made = type(cls.__name__, (base,), body)
+        _SHARING[cls] = weakref.ref(made)
     view: Any = object.__new__(made)
     object.__setattr__(view, '__dict__', object.__getattribute__(obj, '__dict__'))
+    object.__setattr__(view, '_compatshim_of', obj)
     for name, value in slots.items():
         object.__setattr__(view, name, value)
     return view

@@ -19,7 +19,7 @@ from workload import N_FEATURES, loader
 import compatshim
 
 PACKAGE = os.path.dirname(compatshim.__file__)
-#: The most compatshim Python calls a batch of 2 microbatches may cost (issue 66; 0.25: 8, 0.27+: 10 when set).
+#: The most compatshim Python calls a batch of 2 microbatches may cost (issue 66; 0.25–0.26: 9, 0.27+: 10 when set).
 CALLS = 12
 
 
