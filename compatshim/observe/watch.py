@@ -54,7 +54,7 @@ def _look_up(data_spec_cls: type) -> None:
     """The watch's ``__getattribute__`` on ``DataSpec`` (once)."""
     with STATE.lock:
         if (data_spec_cls, '__getattribute__') not in WATCH:
-            lookup = functools.partial(make_lookup, names=notes.TRANSFORM_NAMES, serve=notes.tapped, while_on=False)
+            lookup = functools.partial(make_lookup, names=notes.TRANSFORM_NAMES, serve=notes.tapped)
             WATCH.patch(data_spec_cls, '__getattribute__', lookup)
 
 
@@ -80,9 +80,7 @@ def watch() -> None:
                 if name == '__getattribute__':
                     _look_up(DataSpec)
                 else:
-                    WATCH.patch(
-                        DataSpec, name, functools.partial(HookName, name=name, serve=notes.tapped, while_on=False)
-                    )
+                    WATCH.patch(DataSpec, name, functools.partial(HookName, name=name, serve=notes.tapped))
             loops.instrument(Trainer, WATCH)
 
 

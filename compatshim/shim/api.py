@@ -12,7 +12,7 @@ from compatshim.config.settings import ALLOW_UNTESTED_VAR, KILL_SWITCH, STAGE_VA
 from compatshim.config.stages import Stage
 from compatshim.config.support import AFFECTED, UNAFFECTED, Family, family_of, installed
 from compatshim.errors import CompatShimError, CompatShimWarning, ComposerNotInstalledError, UnsupportedComposerWarning
-from compatshim.shim.registry import STATE
+from compatshim.shim.registry import STATE, warn_once
 from compatshim.shim.status import ShimStatus, Verdict, parse_version, status
 
 __all__ = [
@@ -31,9 +31,7 @@ __all__ = [
 
 def _warn_once(key: str, message: str, category: type[Warning]) -> None:
     """One warning per process and reason, however many ``enable()`` calls (a script's and ``compatshim run``'s)."""
-    if key not in STATE.warned:
-        STATE.warned.add(key)
-        warnings.warn(message, category, stacklevel=3)
+    warn_once(key, message, category, stacklevel=3)
 
 
 def enable(stage: Optional[str] = None, *, allow_untested: Optional[bool] = None) -> ShimStatus:

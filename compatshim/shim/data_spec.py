@@ -30,7 +30,7 @@ from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
 from compatshim.shim.loops import LoopFrame, by_loop
-from compatshim.shim.registry import STATE
+from compatshim.shim.registry import STATE, warn_once
 
 __all__ = [
     'HookName', 'Served', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup',
@@ -361,7 +361,7 @@ class _Split:
     def __get__(self, view: Any, owner: Optional[type] = None) -> Any:
         if view is None:
             return self
-        split = getattr(view._compatshim_of, 'split_batch')  # noqa: B009
+        split = view._compatshim_of.split_batch
         frame = view._compatshim_frame
         return split if frame.armed is None else functools.partial(frame.split, split)
 
@@ -434,16 +434,14 @@ def _assigned(spec: Any, name: str, value: Any) -> Any:
     if kept is not None and _same(kept, value):  # Composer's, read past what the class's code set (its property)
         return value
     if notes.holds(value) and callable(value) and _takes_a_batch(value):
-        key = f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}'
-        if key not in STATE.warned:
-            STATE.warned.add(key)
-            warnings.warn(
-                f'compatshim: {type(spec).__qualname__} keeps its own {name}: the trainer does not call it, as 0.24.1 '
-                f'never read that name (Composer {installed("mosaicml")} would). To have it called, pass it to the '
-                f'DataSpec as {name}=...',
-                CompatShimWarning,
-                stacklevel=4,
-            )
+        warn_once(
+            f'assigned:{type(spec).__module__}.{type(spec).__qualname__}.{name}',
+            f'compatshim: {type(spec).__qualname__} keeps its own {name}: the trainer does not call it, as 0.24.1 '
+            f'never read that name (Composer {installed("mosaicml")} would). To have it called, pass it to the '
+            f'DataSpec as {name}=...',
+            CompatShimWarning,
+            stacklevel=4,
+        )
     return kept
 
 
@@ -503,40 +501,34 @@ def make_lookup(
     *,
     names: tuple[str, ...],
     serve: Callable[[Any, str, Any], Any],
-    while_on: bool,
 ) -> Callable[..., Any]:
-    """``DataSpec.__getattribute__`` in a patch set's ``record`` (the watch's up to 0.26; on 0.27+ once a subclass
-    defines a hook name itself): a read of ``names`` by the running loop, while the shim's switch is ``while_on``,
-    gets ``serve(spec, name, value)``; any other read gets what Python gives."""
+    """``DataSpec.__getattribute__`` in the monitor's watch (up to 0.26; on 0.27+ once a subclass defines a hook name
+    itself): a read of ``names`` by the running loop, while the shim is off, gets ``serve(spec, name, value)``; any
+    other read gets what Python gives (a missing value raises, as it would: the watch observes)."""
     del original  # called as record.original: another of compatshim's patch sets may splice it
     hooked = frozenset(names)
 
     def __getattribute__(self: Any, name: str) -> Any:
-        if name not in hooked or (STATE.stage is not None) is not while_on or not record.active:
-            return record.original(self, name)
-        try:
-            value = record.original(self, name)
-        except AttributeError:  # ``del spec.device_transforms``, or a subclass that never ran the base ``__init__``
-            if not while_on or not by_loop():  # only the shim stands in for a missing value: the watch observes
-                raise
-            return serve(self, name, _fallback(self, name))
+        value = record.original(self, name)
+        if name not in hooked or STATE.stage is not None or not record.active:
+            return value
         return serve(self, name, value) if by_loop() else value
 
     return __getattribute__
 
 
 class HookName:
-    """A data descriptor for one hook name the trainer reads on 0.27+, in a patch set's ``record``: the value lives in
-    the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while the shim's
-    switch is ``while_on`` (the shim's descriptor: on; the monitor's watch: off), gets ``serve(spec, name, value)``;
-    any other read gets the value (through the other patch set's descriptor beneath, which may serve it), or Python's
-    ``AttributeError`` (then the class's ``__getattr__``) where there is none."""
+    """A data descriptor for one hook name the trainer reads on 0.27+, in the monitor's watch's ``record``: the value
+    lives in the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while
+    the shim is off, gets ``serve(spec, name, value)``; any other read gets the value (through another library's
+    descriptor beneath, which may serve it), or Python's ``AttributeError`` (then the class's ``__getattr__``) where
+    there is none."""
 
     def __init__(
-        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any], while_on: bool
+        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any]
     ) -> None:
-        del original  # read as record.original: another of compatshim's patch sets may splice it
-        self.name, self.record, self.serve, self.while_on = name, record, serve, while_on
+        del original  # read as record.original: another library's descriptor may be beneath
+        self.name, self.record, self.serve = name, record, serve
         self.__wrapped__ = record.original
 
     def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
@@ -544,10 +536,9 @@ class HookName:
             return self
         name = self.name
         value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
-        missing = value is patching.MISSING_ATTRIBUTE  # only the shim stands in for it: the watch observes
-        serving = self.record.active and (STATE.stage is not None) is self.while_on and (self.while_on or not missing)
-        if serving and by_loop():
-            return self.serve(spec, name, _fallback(spec, name) if missing else value)
+        missing = value is patching.MISSING_ATTRIBUTE  # the watch observes: it stands in for nothing
+        if not missing and self.record.active and STATE.stage is None and by_loop():
+            return self.serve(spec, name, value)
         below = self.record.original
         if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's (or a library's), which may serve it
             return below.__get__(spec, owner)

@@ -31,7 +31,7 @@ from compatshim.config.support import WITHOUT_SHIM, installed
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import patching
 from compatshim.shim.notes import TRAINER_MODULE, call, kind, spec_name, transform_name
-from compatshim.shim.registry import STATE
+from compatshim.shim.registry import STATE, warn_once
 
 __all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame', 'warn_if_running']
 
@@ -343,16 +343,14 @@ def _view(frame: LoopFrame, view: Optional[View]) -> None:
     try:
         frame.view = view(frame.spec, frame)
     except Exception as exc:  # noqa: BLE001  (a class that refuses a subclass: its __init_subclass__, its metaclass)
-        key = f'no-view:{type(frame.spec).__qualname__}'
-        if key not in STATE.warned:
-            STATE.warned.add(key)
-            warnings.warn(
-                f'compatshim: {type(frame.spec).__qualname__} refuses the subclass the shim reads it through '
-                f'({type(exc).__name__}: {exc}): its loops run as Composer {installed("mosaicml")} does '
-                f'({WITHOUT_SHIM[STATE.family]}).',
-                CompatShimWarning,
-                stacklevel=4,
-            )
+        warn_once(
+            f'no-view:{type(frame.spec).__qualname__}',
+            f'compatshim: {type(frame.spec).__qualname__} refuses the subclass the shim reads it through '
+            f'({type(exc).__name__}: {exc}): its loops run as Composer {installed("mosaicml")} does '
+            f'({WITHOUT_SHIM[STATE.family]}).',
+            CompatShimWarning,
+            stacklevel=4,
+        )
 
 
 class _Dataloader:
@@ -376,11 +374,12 @@ def _make_loop(
             return record.original(self, *args, **kwargs)
         state = self.state
         running = current_frame()
+        entering = not getattr(record.original, '_compatshim_loop', False)  # not: the other patch set's wrapper
         if running is not None and running.state is state and running.mode == mode and not running.entered:
             frame = running  # the other patch set's wrapper's frame, opened around this one
             opened: contextlib.AbstractContextManager[LoopFrame] = contextlib.nullcontext(running)
             if frame.view is not None or view is None:
-                frame.entered = not getattr(record.original, '_compatshim_loop', False)
+                frame.entered = entering
                 return record.original(self, *args, **kwargs)
             _view(frame, view)
         else:
@@ -389,7 +388,7 @@ def _make_loop(
             undo: Callable[[], None] = lambda: None  # noqa: E731
             if frame.view is not None:
                 args, kwargs, undo = _bound(self, frame, args, kwargs)
-            frame.entered = not getattr(record.original, '_compatshim_loop', False)  # not yet: the other's wrapper
+            frame.entered = entering
             try:
                 return record.original(self, *args, **kwargs)
             except Exception as exc:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from typing import Any, Optional
 
 from compatshim.config.stages import Stage
 from compatshim.config.support import Family
 from compatshim.shim.patching import _MISSING, PatchSet
 
-__all__ = ['STATE', 'ShimState', 'get_original', 'is_patched', 'patched_targets']
+__all__ = ['STATE', 'ShimState', 'get_original', 'is_patched', 'patched_targets', 'warn_once']
 
 
 @dataclasses.dataclass(eq=False)
@@ -57,6 +58,14 @@ class ShimState:
 
 #: The one state object of this process.
 STATE = ShimState()
+
+
+def warn_once(key: str, message: str, category: type[Warning], stacklevel: int) -> None:
+    """``warnings.warn(message, category)`` once per process and ``key`` (``STATE.warned``), however often its reason
+    recurs; ``stacklevel`` as the caller would give ``warnings.warn`` itself."""
+    if key not in STATE.warned:
+        STATE.warned.add(key)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 def is_patched(owner: type, name: str) -> bool:
