@@ -431,13 +431,18 @@ def _monitor_probe(
     device = trainer.state.device
     state, logger, events = trainer.state, trainer.logger, [Event(name) for name in STEP_EVENTS]
 
-    def frame() -> Any:  # a train loop over the DataSpec, driven from here
-        return loops.loop_frame(device, 'train', state, spec, reader=__name__)
+    bound: list[Any] = []
 
-    def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the monitor's tap
+    @contextlib.contextmanager
+    def frame() -> Iterator[None]:  # a train loop over the DataSpec, driven from here, read as the trainer reads it
+        with loops.loop_frame(device, 'train', state, spec, view=data_spec.view_of) as opened:
+            bound[:] = [opened.view]
+            yield
+
+    def path() -> Any:  # as Composer's trainer calls the batch-level transform: read through the view, and the tap
         for event in events:
             monitor.run_event(event, state, logger)
-        return getattr(spec, argument)(device.batch_to_device(batch))
+        return getattr(bound[0], argument)(device.batch_to_device(batch))
 
     def close() -> None:
         shared['users'] -= 1
@@ -475,6 +480,6 @@ def _monitored_trainer(device: Any, transform: Any) -> dict[str, Any]:
         log_to_console=False,
     )
     trainer.state.set_dataloader(spec.dataloader, 'train')
-    with loops.loop_frame(device, 'train', trainer.state, spec, reader=__name__):
+    with loops.loop_frame(device, 'train', trainer.state, spec):
         monitor.run_event(Event.FIT_START, trainer.state, trainer.logger)  # the monitor puts its tap on the DataSpec
     return {'trainer': trainer, 'monitor': monitor, 'spec': spec, 'argument': argument}

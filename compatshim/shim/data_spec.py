@@ -29,19 +29,10 @@ from compatshim.config.support import HOOKS, Family, installed
 from compatshim.errors import CompatShimWarning
 from compatshim.shim import notes, patching
 from compatshim.shim.hooks import BatchHook, MicrobatchHook
-from compatshim.shim.loops import LoopFrame, by_loop
+from compatshim.shim.loops import LoopFrame
 from compatshim.shim.registry import STATE, warn_once
 
-__all__ = [
-    'HookName', 'Served', 'for_trainer', 'given', 'instrument', 'lookups', 'make_lookup',
-    'own_hook_names', 'targets', 'view_of',
-]  # fmt: skip
-
-
-def lookups(family: Family) -> tuple[str, ...]:
-    """The attributes of ``DataSpec`` that serve the trainer's reads of ``family``'s hook names while the shim is off
-    (the monitor's watch: :mod:`compatshim.observe.watch`)."""
-    return ('__getattribute__',) if family is Family.HOST else HOOKS[family]
+__all__ = ['Served', 'for_trainer', 'given', 'instrument', 'own_hook_names', 'targets', 'view_of']
 
 
 def targets(family: Family) -> tuple[str, ...]:
@@ -327,6 +318,8 @@ class Served:
         if view is None:
             return self
         spec, frame, name = view._compatshim_of, view._compatshim_frame, self.name
+        if not frame.shim or STATE.stage is None:  # the shim off (the monitor's watch), or disabled in the loop
+            return notes.tapped(spec, name, getattr(spec, name))  # what Python gives, through the monitor's taps
         mine: dict[str, Any] = object.__getattribute__(spec, '__dict__')
         if self.host:
             try:
@@ -381,18 +374,17 @@ def _looked_up(spec: Any, name: str) -> Any:
 
 
 def _library_descriptor(base: type, name: str) -> bool:
-    """Whether something other than the monitor's watch (which serves nothing while the shim is on) defines ``name``
-    on ``base`` or above it."""
-    definer = patching.definer(base, name)
-    return definer is not None and not isinstance(vars(definer)[name], HookName)
+    """Whether something (another library's descriptor) defines ``name`` on ``base`` or above it."""
+    return patching.definer(base, name) is not None
 
 
-def view_of(spec: Any, frame: LoopFrame) -> Any:
+def view_of(spec: Any, frame: LoopFrame, family: Optional[Family] = None) -> Any:
     """What the trainer reads ``spec`` through in ``frame``'s loop: an object of a subclass of its class (named as it
     is; an ``isinstance`` of each of its classes) sharing its ``__dict__``, whose hook names are :class:`Served`.
     Decided here, once per loop, for 0.27+: which hook names the DataSpec's class defines itself (read past, to
-    Composer's value), and which another library's descriptor on ``DataSpec`` serves (read through it)."""
-    family = STATE.family or Family.REJECTED
+    Composer's value), and which another library's descriptor on ``DataSpec`` serves (read through it). ``family``:
+    the installed release's (the shim's where it is on)."""
+    family = family or STATE.family or Family.REJECTED
     host = family is Family.HOST
     special: dict[str, str] = {}
     if not host:
@@ -493,73 +485,6 @@ def _fallback(spec: Any, name: str) -> Any:
         return None if fallback is None else fallback(spec, name)
     except AttributeError:
         return None
-
-
-def make_lookup(
-    original: Callable[[Any, str], Any],
-    record: patching.Patch,
-    *,
-    names: tuple[str, ...],
-    serve: Callable[[Any, str, Any], Any],
-) -> Callable[..., Any]:
-    """``DataSpec.__getattribute__`` in the monitor's watch (up to 0.26; on 0.27+ once a subclass defines a hook name
-    itself): a read of ``names`` by the running loop, while the shim is off, gets ``serve(spec, name, value)``; any
-    other read gets what Python gives (a missing value raises, as it would: the watch observes)."""
-    del original  # called as record.original: another of compatshim's patch sets may splice it
-    hooked = frozenset(names)
-
-    def __getattribute__(self: Any, name: str) -> Any:
-        value = record.original(self, name)
-        if name not in hooked or STATE.stage is not None or not record.active:
-            return value
-        return serve(self, name, value) if by_loop() else value
-
-    return __getattribute__
-
-
-class HookName:
-    """A data descriptor for one hook name the trainer reads on 0.27+, in the monitor's watch's ``record``: the value
-    lives in the DataSpec's own ``__dict__``, where Composer's ``__init__`` puts it. A read by the running loop, while
-    the shim is off, gets ``serve(spec, name, value)``; any other read gets the value (through another library's
-    descriptor beneath, which may serve it), or Python's ``AttributeError`` (then the class's ``__getattr__``) where
-    there is none."""
-
-    def __init__(
-        self, original: Any, record: patching.Patch, *, name: str, serve: Callable[[Any, str, Any], Any]
-    ) -> None:
-        del original  # read as record.original: another library's descriptor may be beneath
-        self.name, self.record, self.serve = name, record, serve
-        self.__wrapped__ = record.original
-
-    def __get__(self, spec: Any, owner: Optional[type] = None) -> Any:
-        if spec is None:
-            return self
-        name = self.name
-        value = notes.own(spec).get(name, patching.MISSING_ATTRIBUTE)
-        missing = value is patching.MISSING_ATTRIBUTE  # the watch observes: it stands in for nothing
-        if not missing and self.record.active and STATE.stage is None and by_loop():
-            return self.serve(spec, name, value)
-        below = self.record.original
-        if below is not patching.MISSING_ATTRIBUTE:  # the other patch set's (or a library's), which may serve it
-            return below.__get__(spec, owner)
-        if missing:  # ``del spec.batch_transforms``, or a subclass that never ran __init__
-            raise _no_attribute(spec, name)
-        return value
-
-    def __set__(self, spec: Any, value: Any) -> None:
-        if _set_by(spec, self.name, value) != 'kept':
-            notes.own(spec)[self.name] = value
-
-    def __delete__(self, spec: Any) -> None:
-        try:
-            del notes.own(spec)[self.name]
-        except KeyError:
-            raise _no_attribute(spec, self.name) from None
-
-
-def _no_attribute(spec: Any, name: str) -> AttributeError:
-    """The error Python gives for an attribute ``spec`` does not have."""
-    return AttributeError(f'{type(spec).__name__!r} object has no attribute {name!r}')
 
 
 def _subclasses(cls: type) -> list[type]:

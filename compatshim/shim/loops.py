@@ -33,7 +33,7 @@ from compatshim.shim import patching
 from compatshim.shim.notes import TRAINER_MODULE, call, kind, spec_name, transform_name
 from compatshim.shim.registry import STATE, warn_once
 
-__all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'by_loop', 'current_frame', 'instrument', 'loop_frame', 'warn_if_running']
+__all__ = ['LOOPS', 'TARGETS', 'LoopFrame', 'current_frame', 'instrument', 'loop_frame', 'warn_if_running']
 
 Batch = Any
 
@@ -50,10 +50,11 @@ class LoopFrame:
     state: Any = None
     #: The DataSpec this loop runs (``None``: predict over a plain dataloader, whose DataSpec Composer builds bare).
     spec: Any = None
-    #: The module whose reads of a DataSpec's hooks are this loop's while the shim is off (:func:`by_loop`).
-    reader: str = TRAINER_MODULE
-    #: What the trainer reads ``spec`` through in this loop while the shim is on (``None``: it reads ``spec``).
+    #: What the trainer reads ``spec`` through in this loop (``None``: it reads ``spec``, as the release does).
     view: Any = None
+    #: The view was made with the shim on: its hook names give the shim's hooks for the whole loop (else what Python
+    #: gives, through the monitor's taps: a loop the shim was enabled in the middle of runs as the release does).
+    shim: bool = False
     #: 0.25–0.26, stage microbatch: the transform run after each move of one of the step's microbatches by this
     #: frame's device, its DataSpec, and the microbatches the step's split returned (kept: their ids stay theirs).
     armed: Optional[Callable[[Batch], Batch]] = None
@@ -243,46 +244,18 @@ def current_frame() -> Optional[LoopFrame]:
     return stack[-1] if stack else None
 
 
-#: The names of the lookups a read may pass through on its way to the watch's (a subclass's, another library's).
-_LOOKUPS = frozenset({'__getattribute__', '__get__'})
-
-
-def by_loop() -> bool:
-    """Whether the attribute read being served is the running loop's own (the monitor's watch, while the shim is off):
-    the first caller past compatshim's own frames and any ``__getattribute__`` or ``__get__`` (a subclass's own
-    lookup calling ``super()``, another library's descriptor over the watch's) is in the loop's reader module
-    (Composer's trainer; outside any loop too)."""
-    running = current_frame()
-    reader = TRAINER_MODULE if running is None else running.reader
-    frame: Optional[FrameType] = sys._getframe(2)
-    while frame is not None:
-        name: str = frame.f_globals.get('__name__', '')
-        if name == reader:
-            return True
-        if not name.startswith('compatshim.') and frame.f_code.co_name not in _LOOKUPS:
-            return False
-        frame = frame.f_back
-    return False
-
-
 #: What makes the view of a DataSpec a loop reads it through (the shim's :func:`compatshim.shim.data_spec.view_of`).
 View = Callable[[Any, LoopFrame], Any]
 
 
 @contextlib.contextmanager
 def loop_frame(
-    device: Any,
-    mode: str,
-    state: Any = None,
-    spec: Any = None,
-    reader: str = TRAINER_MODULE,
-    view: Optional[View] = None,
+    device: Any, mode: str, state: Any = None, spec: Any = None, view: Optional[View] = None
 ) -> Iterator[LoopFrame]:
-    """Open a frame for one loop over ``spec``; it closes (and restores its device) however the loop ends. With the
-    shim on, ``view`` makes the view of ``spec`` the loop's reads go through (:attr:`LoopFrame.view`); ``reader``: the
-    module that drives the loop, whose reads the monitor's watch serves while the shim is off (the bench's probe
-    names its own)."""
-    frame = LoopFrame(device, mode, state, spec, reader)
+    """Open a frame for one loop over ``spec``; it closes (and restores its device) however the loop ends. ``view``
+    makes the view of ``spec`` the loop's reads go through (:attr:`LoopFrame.view`: the shim's patches and the
+    monitor's watch both give one)."""
+    frame = LoopFrame(device, mode, state, spec)
     _view(frame, view)
     stack = _stack()
     stack.append(frame)
@@ -337,17 +310,23 @@ def _bound(
 
 
 def _view(frame: LoopFrame, view: Optional[View]) -> None:
-    """Give ``frame`` its view of its DataSpec, made by ``view`` while the shim is on (once)."""
-    if view is None or frame.view is not None or frame.spec is None or STATE.stage is None:
+    """Give ``frame`` its view of its DataSpec, made by ``view`` (once), and decide for the loop whether the shim
+    serves it."""
+    if view is None or frame.view is not None or frame.spec is None:
         return
+    shim = STATE.stage is not None
     try:
-        frame.view = view(frame.spec, frame)
+        frame.view, frame.shim = view(frame.spec, frame), shim
     except Exception as exc:  # noqa: BLE001  (a class that refuses a subclass: its __init_subclass__, its metaclass)
+        what = (
+            f'runs as Composer {installed("mosaicml")} does ({WITHOUT_SHIM[STATE.family]})'
+            if shim
+            else ("reads it directly: a TransformMonitor does not see its transforms' calls")
+        )
         warn_once(
             f'no-view:{type(frame.spec).__qualname__}',
-            f'compatshim: {type(frame.spec).__qualname__} refuses the subclass the shim reads it through '
-            f'({type(exc).__name__}: {exc}): its loops run as Composer {installed("mosaicml")} does '
-            f'({WITHOUT_SHIM[STATE.family]}).',
+            f'compatshim: {type(frame.spec).__qualname__} refuses the subclass compatshim reads it through '
+            f'({type(exc).__name__}: {exc}): the trainer of its loops {what}.',
             CompatShimWarning,
             stacklevel=4,
         )

@@ -293,16 +293,16 @@ def test_disable_restores_the_class_exactly() -> None:
 
 @NEEDS_PATCH
 def test_every_read_of_a_data_spec_is_pythons_own() -> None:
-    """Issue 66: with the shim on (and no monitor), no Python lookup stands between any read and a DataSpec's
-    attribute, on every family: the trainer reads the loop's view of the DataSpec, whose class serves the hook names;
-    a read of the DataSpec itself, in a loop or outside one, is the value itself."""
+    """Issue 66: with the shim on and the monitor's watch armed, no Python lookup stands between any read and a
+    DataSpec's attribute, on every family: the trainer reads the loop's view of the DataSpec, whose class serves the
+    hook names; a read of the DataSpec itself, in a loop or outside one, is the value itself."""
     from composer.core import DataSpec
 
-    from compatshim.observe.watch import unwatch
+    from compatshim.observe.watch import watch
     from compatshim.shim import loops
 
-    unwatch()  # the monitor's watch, armed by an earlier test, has a lookup of its own
-    gc.collect()  # and an earlier test's subclass keeping a hook name of its own, still alive, the shim's
+    watch()  # as importing compatshim.monitor does: it reads through the loop's view too
+    gc.collect()  # an earlier test's subclass keeping a hook name of its own, still alive, adds the shim's lookup
     with compatshim.enabled():
         fn = lambda batch: batch  # noqa: E731
         spec = _spec(fn)
@@ -352,10 +352,10 @@ def test_a_subclass_serving_a_hook_name_on_its_class_is_served_by_the_shim() -> 
     assert_on_device(device, 2, 'a subclass serving batch_transforms with a property')
 
 
-@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the watch taps the hook names by descriptors')
+@pytest.mark.skipif(FAMILY in (None, Family.HOST), reason='0.27+: the hook names are ones 0.24.1 code never defines')
 def test_the_monitor_sees_a_hook_name_a_subclass_serves_itself() -> None:
-    """With the shim off, a subclass written for 0.27+ whose property serves batch_transforms hides the watch's
-    descriptor: the watch adds its lookup when such a DataSpec is built, and the monitor still sees the calls."""
+    """With the shim off, a subclass written for 0.27+ whose property serves batch_transforms: the trainer's read
+    through the loop's view gets what the property gives, through the monitor's tap, and the monitor sees the calls."""
     from compatshim.monitor import TransformMonitor
 
     PropSpec = _serving_batch_transforms()
