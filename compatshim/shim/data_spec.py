@@ -5,13 +5,13 @@
   sets ``self.device_transforms`` as 0.24.1's ``__init__`` did (a subclass's property setter sees it). On 0.25–0.26
   Composer's own ``__init__`` still sets it.
 * The trainer reads a loop's DataSpec through its *view* (:func:`view_of`, bound by the loop's frame,
-  :mod:`compatshim.shim.loops`): an object of a subclass of the DataSpec's class, made once per loop, that shares the
-  DataSpec's ``__dict__``. Its hook names (0.25–0.26 ``device_transforms``; 0.27+ ``batch_transforms`` and
-  ``microbatch_transforms``) are data descriptors (:class:`Served`) giving the hook (:mod:`compatshim.shim.hooks`)
-  bound to the DataSpec and made from what the name resolves to on the DataSpec at that read; every other read is
-  Python's own. The DataSpec itself keeps no patched lookup: every read of it is the user's and gets what Python gives
-  (a subclass that defines a hook name of 0.27+ itself aside: its own value is kept apart from Composer's). The
-  DataSpec is the one owner of the transform; the hooks keep no copy.
+  :mod:`compatshim.shim.loops`; the monitor's watch makes the same): an object of a subclass of the DataSpec's class,
+  made once per loop, sharing its ``__dict__``. Its hook names (0.25–0.26 ``device_transforms``; 0.27+
+  ``batch_transforms`` and ``microbatch_transforms``) are data descriptors (:class:`Served`) giving the hook
+  (:mod:`compatshim.shim.hooks`) bound to the DataSpec and made from what the name resolves to on it at that read (the
+  shim off: what Python gives); every other read is Python's own. The DataSpec itself keeps no patched lookup: every
+  read of it is the user's and gets what Python gives (a subclass that defines a hook name of 0.27+ itself aside: its
+  own value is kept apart from Composer's). The DataSpec is the one owner of the transform; the hooks keep no copy.
 """
 
 from __future__ import annotations
@@ -305,9 +305,10 @@ def for_trainer(spec: Any, name: str, value: Any, frame: LoopFrame) -> Any:
 
 
 class Served:
-    """A hook name on a view's class: a read gives the hook for what the name resolves to on the DataSpec at that
-    read (0.25–0.26: the DataSpec's own lookup, a subclass's property or method included; 0.27+: the value Composer's
-    ``__init__`` put in its ``__dict__``); assignments and deletions go to the DataSpec, as through it."""
+    """A hook name on a view's class: in a loop the shim serves, a read gives the hook for what the name resolves to
+    on the DataSpec (0.25–0.26: its own lookup, a subclass's property or method included; 0.27+: the value
+    Composer's ``__init__`` put in its ``__dict__``); else what Python gives, through the monitor's tap. Assignments
+    and deletions go to the DataSpec."""
 
     __slots__ = ('host', 'name')
 
@@ -317,8 +318,8 @@ class Served:
     def __get__(self, view: Any, owner: Optional[type] = None) -> Any:
         if view is None:
             return self
-        spec, frame, name = view._compatshim_of, view._compatshim_frame, self.name
-        if not frame.shim or STATE.stage is None:  # the shim off (the monitor's watch), or disabled in the loop
+        spec, frame, name, stage = view._compatshim_of, view._compatshim_frame, self.name, STATE.stage
+        if not frame.shim or stage is None:  # the shim off (the monitor's watch), or disabled in the loop
             return notes.tapped(spec, name, getattr(spec, name))  # what Python gives, through the monitor's taps
         mine: dict[str, Any] = object.__getattribute__(spec, '__dict__')
         if self.host:
@@ -333,8 +334,7 @@ class Served:
                 value = _trainers_own(spec, name, value) if special == 'own' else _looked_up(spec, name)
             elif value is patching.MISSING_ATTRIBUTE:
                 value = _fallback(spec, name)
-        stage = STATE.stage
-        stage = stage and (mine.get(notes.STAGE_ATTRIBUTE) or stage)
+        stage = mine.get(notes.STAGE_ATTRIBUTE) or stage
         held = frame.hooks.get(name)
         if held is not None and held[0] is value and held[1] == stage:
             return held[2]
