@@ -242,7 +242,12 @@ def test_pickle_and_deepcopy(leg: str, how: str) -> None:
     assert len(copied_probe.calls) == (4 if patched else 2)  # stage microbatch: 2 microbatches x 2 steps
 
 
-@pytest.mark.parametrize('context', ['fork', 'spawn'])
+#: ``spawn`` workers are fresh processes (each imports torch; 8-9 s a leg): the shim's side of them is its family's
+#: and torch's, so they run in the family envs and on the forward torch, ``fork`` in every release.
+SPAWN = pytest.param('spawn', marks=pytest.mark.runs_in('family', 'forward'))
+
+
+@pytest.mark.parametrize('context', ['fork', SPAWN])
 @pytest.mark.parametrize('leg', LEGS, indirect=True)
 def test_dataloader_workers(leg: str, context: str) -> None:
     probe = Probe()
