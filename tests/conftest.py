@@ -27,7 +27,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
 from device import DEVICE, make_device  # noqa: E402,F401 (re-exported to the tests)
-from matrix_env import COMPOSER, FAMILY, FAMILY_NAME, IS_AFFECTED, ROLE, envs_of  # noqa: E402
+from matrix_env import COMPOSER, EACH_PYTHON, FAMILY, FAMILY_NAME, IS_AFFECTED, ROLE, ROW, envs_of  # noqa: E402
 
 import compatshim  # noqa: E402
 from compatshim.config.support import Family  # noqa: E402
@@ -162,7 +162,7 @@ def pytest_configure(config: Any) -> None:
     if config.getoption('role'):
         _SESSION['role'] = config.getoption('role')
     for line in (
-        'runs_in(*places): the roles (or family:<name>) whose envs run this test (see tests/matrix_env.py)',
+        'runs_in(*places): the roles (or family:<name>, each-python) whose envs run this test (tests/matrix_env.py)',
         'python: also runs in the Python factor envs (it depends on the interpreter)',
         'forward: also runs in the forward-compat env (it depends on torch)',
         'stage(name): the stage the shim leg enables',
@@ -186,9 +186,13 @@ def role() -> str:
 
 
 def runs_here(where: tuple[str, ...]) -> bool:
-    """Whether a test that runs in ``where`` (roles, or ``family:<name>``) runs in this env."""
+    """Whether a test that runs in ``where`` (roles, ``family:<name>``, or ``each-python``) runs in this env."""
     here = role()
     for place in where:
+        if place == 'each-python':
+            if ROW in EACH_PYTHON:
+                return True
+            continue
         wanted, _, family = place.partition(':')
         if wanted == here and family in ('', FAMILY_NAME):
             return True

@@ -13,6 +13,9 @@ Every row of the support table is a tox env; what runs there depends on its **ro
 - ``forward``: the forward-compat row (Composer's torch pins overridden): the release tests, and what depends on torch
   (tests marked ``forward``: the launcher's ranks).
 
+A place that is not a role: ``each-python``, the newest release on each Python of the table, once per Python (what
+depends on the interpreter but not on the release, such as the pytest plugin in a child).
+
 A test says where it runs with ``@pytest.mark.runs_in(...)`` (roles, or ``family:<name>`` for one family's env);
 without it, ``tests/release`` runs in ``release``, ``family`` and ``forward``, ``tests/process`` in ``family``, and
 ``tests/unit`` in ``unit``. Markers ``python`` and ``forward`` add those roles.
@@ -44,6 +47,7 @@ __all__ = [
     'IS_AFFECTED',
     'ROLE',
     'ROW',
+    'EACH_PYTHON',
     'envs_of',
 ]
 
@@ -106,11 +110,28 @@ def _role() -> str:
 ROLE = _role()
 
 
+def _each_python() -> frozenset[TestedRelease]:
+    """The newest release on each Python of the table (the forward-compat row aside)."""
+    newest: dict[str, TestedRelease] = {}
+    for row in TESTED_RELEASES:
+        if not row.override and (
+            row.python not in newest or Version(row.composer) > Version(newest[row.python].composer)
+        ):
+            newest[row.python] = row
+    return frozenset(newest.values())
+
+
+#: The place ``each-python``: one env per Python of the table, its newest release.
+EACH_PYTHON = _each_python()
+
+
 def envs_of(where: str, device: str = 'cpu') -> list[str]:
     """The tox envs a ``runs_in`` place stands for (``family``, ``family:host``, ``python``, ``unit``, ...)."""
     role, _, family = where.partition(':')
     if role == 'unit':
         return ['unit']
+    if role == 'each-python':
+        return sorted(r.on(device) for r in EACH_PYTHON)
     if role == 'family':
         rows = [r for f, r in FAMILY_ROWS.items() if not family or (f.value if f else UNAFFECTED_FAMILY) == family]
     elif role == 'python':

@@ -1,10 +1,10 @@
 """The pytest plugin, as a user meets it: a test file of their own, using only the plugin's fixtures, run by pytest in
 a fresh process with the plugin found through its ``pytest11`` entry point.
 
-The user's test must pass with ``--compatshim`` (the plugin's option does not depend on the release: once, in the
-newest release's env, and on every Python of the factor), and fail without it on every affected family (0.25–0.26:
-the transform runs on the host; 0.27–0.28: never called; 0.29+: TypeError) — the plugin's own control leg. The
-options' parsing (the bare flag, a stage, a bad stage) is tested without a child, in
+The user's test must pass with ``--compatshim`` (the plugin's option does not depend on the release: once on each
+Python of the table, in its newest release's env: ``each-python``), and fail without it on every affected family
+(0.25–0.26: the transform runs on the host; 0.27–0.28: never called; 0.29+: TypeError) — the plugin's own control
+leg. The options' parsing (the bare flag, a stage, a bad stage) is tested without a child, in
 ``tests/unit/test_plugin_options.py``.
 """
 
@@ -83,7 +83,7 @@ def _pytest(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedPro
     )
 
 
-@pytest.mark.runs_in('family:rejected', 'python')
+@pytest.mark.runs_in('each-python')
 def test_user_test_passes_with_the_shim(tmp_path: Path) -> None:
     """With a bad COMPATSHIM_STAGE in the environment too: the stage given on the command line wins (it used to be
     an INTERNALERROR)."""
