@@ -10,6 +10,8 @@ edge of its minimum effect (twice as slow) is judged on recorded samples in ``te
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -28,6 +30,9 @@ PIPELINES = Path(__file__).resolve().parents[1] / 'pipelines'
 SPEC = 'uint8_pipeline:pipeline'
 #: Where the transform runs without the shim, per family (the unpatched leg).
 UNPATCHED = {None: 'device', Family.HOST: 'host', Family.DROPPED: 'never called'}
+#: What the tests plant through the environment (``tests/pipelines/uint8_pipeline.py``), and the kill switch.
+PLANTED = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_HEAVIER', 'PIPELINE_MASKS', 'PIPELINE_COMPILED')
+PLANTED += ('PIPELINE_DRAWS', 'COMPATSHIM_DISABLE')
 
 
 @pytest.fixture
@@ -37,11 +42,37 @@ def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / name).write_text((PIPELINES / name).read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    planted = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_MASKS', 'PIPELINE_COMPILED', 'PIPELINE_DRAWS')
-    planted += ('COMPATSHIM_DISABLE',)
-    for variable in planted:
+    for variable in PLANTED:
         monkeypatch.delenv(variable, raising=False)
     return tmp_path
+
+
+@pytest.fixture(scope='module')
+def unchanged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One ``--quick --save main`` of the unchanged pipeline, then one ``--compare main`` of it, for the tests that
+    start from that baseline: the save's output, the compare's exit code and output, and the baseline saved."""
+    repo = tmp_path_factory.mktemp('unchanged')
+    (repo / 'uint8_pipeline.py').write_text((PIPELINES / 'uint8_pipeline.py').read_text())
+    found: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(repo)
+        patch.syspath_prepend(str(repo))
+        for variable in PLANTED:
+            patch.delenv(variable, raising=False)
+        for step, args in (('save', ['--save', 'main']), ('compare', ['--compare', 'main'])):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                found[f'{step}_code'] = _cli.main(['bench', '--pipeline', SPEC, '--quick', *args])
+            found[step] = out.getvalue()
+    found['baseline'] = (repo / '.compatshim' / 'benchmarks' / 'main.json').read_text()
+    return found
+
+
+def _saved(user_repo: Path, unchanged: dict[str, Any]) -> None:
+    """The unchanged pipeline's baseline, saved as ``main`` in the user's repository."""
+    baselines = user_repo / '.compatshim' / 'benchmarks'
+    baselines.mkdir(parents=True)
+    (baselines / 'main.json').write_text(unchanged['baseline'])
 
 
 def _bench(capsys: Any, *args: str) -> tuple[int, str, str]:
@@ -101,14 +132,16 @@ def test_each_leg_of_this_release_and_the_verdicts(user_repo: Path, capsys: Any)
             assert 'ms' in line and ('uint8' in line or leg == 'ceiling' or 'float32' in line), line
 
 
-def test_save_then_compare_and_the_regressions_a_ci_must_catch(user_repo: Path, capsys: Any, monkeypatch: Any) -> None:
+def test_save_then_compare_and_the_regressions_a_ci_must_catch(
+    user_repo: Path, capsys: Any, monkeypatch: Any, unchanged: dict[str, Any]
+) -> None:
     """``--save`` then ``--compare`` on unchanged code: exit 0; a collate that yields float32 (4x the bytes), and the
     kill switch in the comparing run (the shim legs' transform off the device): exit 1, naming the metric."""
-    code, out, _ = _bench(capsys, '--quick', '--save', 'main')
-    assert code == 0 and (user_repo / '.compatshim' / 'benchmarks' / 'main.json').is_file(), out
-    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    assert unchanged['save_code'] == 0 and json.loads(unchanged['baseline'])['kind'] == 'pipeline', unchanged['save']
+    code, out = unchanged['compare_code'], unchanged['compare']
     assert code == 0 and "compared with 'main'" in out, out  # timings of 3 rounds may be inconclusive: said so
     assert ('nothing worsened' in out) is ('which decide nothing' not in out), out
+    _saved(user_repo, unchanged)
     monkeypatch.setenv('PIPELINE_FLOAT32', '1')
     code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
     assert code == 1, out
@@ -129,17 +162,16 @@ def test_save_then_compare_and_the_regressions_a_ci_must_catch(user_repo: Path, 
 
 
 def test_a_heavier_transform_fails_the_compare_on_its_work_exactly(
-    user_repo: Path, capsys: Any, monkeypatch: Any
+    user_repo: Path, capsys: Any, monkeypatch: Any, unchanged: dict[str, Any]
 ) -> None:
     """The transform's work per call is counted in the check steps: one more op over a tenth of the batch fails
     ``--compare`` on every leg that runs it, naming ops and bytes with both figures; 2x the work too; unchanged, 0."""
-    code, out, _ = _bench(capsys, '--quick', '--save', 'main')
-    assert code == 0 and 'work per call (counted, not timed' in out, out
-    ran = [leg for leg, data in json.loads((user_repo / '.compatshim' / 'benchmarks' / 'main.json').read_text())[
-        'legs'].items() if data.get('work')]  # fmt: skip
+    assert unchanged['save_code'] == 0 and 'work per call (counted, not timed' in unchanged['save'], unchanged['save']
+    ran = [leg for leg, data in json.loads(unchanged['baseline'])['legs'].items() if data.get('work')]
     assert ran and 'ceiling' not in ran, ran
-    code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
+    code, out = unchanged['compare_code'], unchanged['compare']
     assert code == 0 and 'work per call' not in ''.join(line for line in out.splitlines() if 'REGRESSION' in line)
+    _saved(user_repo, unchanged)
     for plant in ('PIPELINE_HEAVIER', 'PIPELINE_SLOWER'):
         monkeypatch.setenv(plant, '1' if plant == 'PIPELINE_HEAVIER' else '2')
         code, out, _ = _bench(capsys, '--quick', '--compare', 'main')
