@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from typing import Optional
+from collections.abc import Callable, Iterable
+from typing import Optional, TypeVar
 
 from packaging.version import Version
 
@@ -41,13 +42,13 @@ from compatshim.config.support import (
 
 __all__ = [
     'COMPOSER',
+    'EACH_PYTHON',
     'FAMILY',
     'FAMILY_NAME',
     'FAMILY_ROWS',
     'IS_AFFECTED',
     'ROLE',
     'ROW',
-    'EACH_PYTHON',
     'envs_of',
 ]
 
@@ -65,21 +66,22 @@ IS_AFFECTED = FAMILY is not None
 #: The family's name as ``runs_in('family:<name>')`` writes it (``unaffected`` for 0.24.1 and older).
 FAMILY_NAME = FAMILY.value if FAMILY else UNAFFECTED_FAMILY
 PYTHON = f'{sys.version_info.major}.{sys.version_info.minor}'
+K = TypeVar('K')
 
 
-def _family_rows() -> dict[Optional[Family], TestedRelease]:
-    """The newest release of each family on the default Python (``None``: the unaffected reference)."""
-    rows: dict[Optional[Family], TestedRelease] = {}
-    for row in TESTED_RELEASES:
-        if row.python != DEFAULT_PYTHON or row.override:
-            continue
-        if row.family not in rows or Version(row.composer) > Version(rows[row.family].composer):
-            rows[row.family] = row
-    return rows
+def _newest_by(key: Callable[[TestedRelease], K], rows: Iterable[TestedRelease]) -> dict[K, TestedRelease]:
+    """The newest release of ``rows`` for each value of ``key``."""
+    newest: dict[K, TestedRelease] = {}
+    for row in rows:
+        if key(row) not in newest or Version(row.composer) > Version(newest[key(row)].composer):
+            newest[key(row)] = row
+    return newest
 
 
-#: The family envs: the newest row of each family (and 0.24.1), on the default Python.
-FAMILY_ROWS = _family_rows()
+#: The family envs: the newest row of each family (``None``: 0.24.1, the unaffected reference), on the default Python.
+FAMILY_ROWS = _newest_by(
+    lambda row: row.family, (row for row in TESTED_RELEASES if row.python == DEFAULT_PYTHON and not row.override)
+)
 
 
 def _row() -> Optional[TestedRelease]:
@@ -110,19 +112,10 @@ def _role() -> str:
 ROLE = _role()
 
 
-def _each_python() -> frozenset[TestedRelease]:
-    """The newest release on each Python of the table (the forward-compat row aside)."""
-    newest: dict[str, TestedRelease] = {}
-    for row in TESTED_RELEASES:
-        if not row.override and (
-            row.python not in newest or Version(row.composer) > Version(newest[row.python].composer)
-        ):
-            newest[row.python] = row
-    return frozenset(newest.values())
-
-
-#: The place ``each-python``: one env per Python of the table, its newest release.
-EACH_PYTHON = _each_python()
+#: The place ``each-python``: one env per Python of the table, its newest release (the forward-compat row aside).
+EACH_PYTHON = frozenset(
+    _newest_by(lambda row: row.python, (row for row in TESTED_RELEASES if not row.override)).values()
+)
 
 
 def envs_of(where: str, device: str = 'cpu') -> list[str]:
