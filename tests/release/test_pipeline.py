@@ -35,30 +35,30 @@ PLANTED = ('PIPELINE_SLOWER', 'PIPELINE_FLOAT32', 'PIPELINE_HEAVIER', 'PIPELINE_
 PLANTED += ('PIPELINE_DRAWS', 'COMPATSHIM_DISABLE')
 
 
+def _as_user_repo(path: Path, patch: pytest.MonkeyPatch) -> Path:
+    """``path`` made the user's repository: their pipeline module in the current directory, where baselines go by
+    default, and nothing planted."""
+    (path / 'uint8_pipeline.py').write_text((PIPELINES / 'uint8_pipeline.py').read_text())
+    patch.chdir(path)
+    patch.syspath_prepend(str(path))
+    for variable in PLANTED:
+        patch.delenv(variable, raising=False)
+    return path
+
+
 @pytest.fixture
 def user_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The user's repository: their pipeline module in the current directory, where baselines go by default."""
-    for name in ('uint8_pipeline.py',):
-        (tmp_path / name).write_text((PIPELINES / name).read_text())
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for variable in PLANTED:
-        monkeypatch.delenv(variable, raising=False)
-    return tmp_path
+    """The user's repository (:func:`_as_user_repo`), for one test."""
+    return _as_user_repo(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope='module')
 def unchanged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One ``--quick --save main`` of the unchanged pipeline, then one ``--compare main`` of it, for the tests that
     start from that baseline: the save's output, the compare's exit code and output, and the baseline saved."""
-    repo = tmp_path_factory.mktemp('unchanged')
-    (repo / 'uint8_pipeline.py').write_text((PIPELINES / 'uint8_pipeline.py').read_text())
     found: dict[str, Any] = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(repo)
-        patch.syspath_prepend(str(repo))
-        for variable in PLANTED:
-            patch.delenv(variable, raising=False)
+        repo = _as_user_repo(tmp_path_factory.mktemp('unchanged'), patch)
         for step, args in (('save', ['--save', 'main']), ('compare', ['--compare', 'main'])):
             out = io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
