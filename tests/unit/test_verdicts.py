@@ -146,7 +146,7 @@ def test_runs_of_one_machines_noise_give_the_same_words(paths: list[Path]) -> No
     assert 'as fast as the workaround' in words and 'stage batch is as fast as stage microbatch' in words, words
 
 
-@pytest.mark.no_cover  # 12,870 verdicts: 23 s traced, 8 s not; the rule's lines are covered by the tests around it
+@pytest.mark.no_cover  # 12,870 verdicts: 23 s traced, 7 s not; the rule's lines are covered by the tests around it
 def test_every_run_made_of_two_runs_rounds_gives_the_same_words() -> None:
     """Every 8-round run made of the quiet pair's 16 rounds (12,870) says what the two runs said. The old rule (a
     factor within 5% said "as fast as" whatever its rounds, one beyond it "cannot tell" where the rounds straddled x1)
